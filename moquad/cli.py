@@ -1,0 +1,367 @@
+"""The ``moquad`` command line: each command parses options, builds a config, calls ONE function.
+
+Run ``moquad COMMAND --help`` for the options and an example of each command. On a
+cluster the same commands run under torchrun: ``torchrun ... -m moquad.cli pretrain ...``.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from moquad import config as C
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="MoQuad: shard videos, pre-train motion-focused video encoders, evaluate them honestly.\n\n"
+    "Stages: synth -> preprocess -> verify -> pretrain -> extract / retrieve / linear / finetune / cam. "
+    "`moquad quickstart` runs them all on generated data.",
+)
+
+DATASETS = ("k400", "ucf101", "hmdb51", "ssv2", "folder")
+
+
+def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn input errors into a one-line message and exit code 2 instead of a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, FileNotFoundError, NotADirectoryError, FileExistsError) as e:
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            typer.echo(f"error: {msg}", err=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def _need_dir(path: str, what: str, hint: str) -> None:
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"{what} {path} is not a directory; {hint}")
+
+
+def _need_file(path: str, what: str, hint: str) -> None:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{what} {path} not found; {hint}")
+
+
+# ----------------------------------------------------------------------------- stage 0: data
+
+
+@app.command(epilog="Example: moquad synth data/synth --classes 4 --per-class 8 --size 64 --frames 48")
+@_friendly
+def synth(
+    out: str = typer.Argument(..., help="Folder to write the UCF101-layout dataset into."),
+    classes: int = typer.Option(4, help="Number of motion classes (1-10)."),
+    per_class: int = typer.Option(8, help="Videos per class."),
+    size: int = typer.Option(64, help="Frame width and height in pixels."),
+    frames: int = typer.Option(48, help="Frames per video (25 fps)."),
+    seed: int = typer.Option(0, help="Random seed."),
+) -> None:
+    """Generate a synthetic motion dataset (classes differ ONLY by motion) in UCF101's layout."""
+    from moquad.synth import make_synth
+
+    root = make_synth(out, classes=classes, per_class=per_class, size=size, frames=frames, seed=seed)
+    typer.echo(f"wrote {classes * per_class} videos to {root} (UCF101 layout; preprocess with `moquad preprocess ucf101 {root} --out DIR`)")
+
+
+# ----------------------------------------------------------------------------- stage 1: preprocess
+
+
+@app.command(
+    epilog="Examples: moquad preprocess ucf101 /data/UCF101 --out /data/shards/ucf101 --split 1  |  "
+    "moquad preprocess k400 /data/k400 --out /data/shards/k400 --num-parts 8 --part 3  |  "
+    "moquad preprocess k400 /data/k400 --out /data/shards/k400 --merge"
+)
+@_friendly
+def preprocess(
+    dataset: str = typer.Argument(..., help="One of: k400, ucf101, hmdb51, ssv2, folder."),
+    root: str = typer.Argument(..., help="Dataset root (videos and annotation files)."),
+    out: str = typer.Option(..., "--out", "-o", help="Output folder for shards and manifests."),
+    recipe: Optional[str] = typer.Option(None, help="YAML recipe (preprocess/*.yaml); flags override it."),
+    split: Optional[int] = typer.Option(None, help="Official split number for ucf101/hmdb51 (1, 2 or 3)."),
+    short_side: Optional[int] = typer.Option(None, help="Resize so the short side is this many pixels (128)."),
+    fps: Optional[float] = typer.Option(None, help="Resample to this frame rate (default: native)."),
+    jpeg_quality: Optional[int] = typer.Option(None, help="JPEG quality 1-100 (90)."),
+    shard_size: Optional[int] = typer.Option(None, help="Target shard size in bytes (1e9)."),
+    workers: Optional[int] = typer.Option(None, help="Parallel transcoding processes (CPU count)."),
+    num_parts: Optional[int] = typer.Option(None, help="Split the video list into N parts (one per node)."),
+    part: Optional[int] = typer.Option(None, help="Which part this process writes (0..N-1)."),
+    limit: Optional[int] = typer.Option(None, help="Only the first N videos after shuffling (trial runs)."),
+    seed: Optional[int] = typer.Option(None, help="Shuffle seed."),
+    merge: bool = typer.Option(False, "--merge", help="Combine the manifests of all parts, then exit."),
+) -> None:
+    """Transcode a dataset into webdataset tar shards of JPEG frames with Parquet manifests."""
+    from moquad.preprocess import run
+
+    if merge:
+        _need_dir(out, "output folder", "run the parts first, then --merge with the same --out")
+        run.merge(out)
+        return
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
+    _need_dir(root, "dataset root", "pass the folder that holds the videos and annotation files")
+    cfg = C.resolve(
+        C.PreprocessConfig(),
+        recipe,
+        dict(dataset=dataset, root=root, out=out, split=split, short_side=short_side, fps=fps,
+             jpeg_quality=jpeg_quality, shard_size=shard_size, workers=workers, num_parts=num_parts,
+             part=part, limit=limit, seed=seed),
+    )
+    run.preprocess(cfg)
+
+
+@app.command(epilog="Example: moquad verify /data/shards/ucf101")
+@_friendly
+def verify(data: str = typer.Argument(..., help="A folder written by `moquad preprocess`.")) -> None:
+    """Re-read every shard and check it against the manifests; exit 1 on any mismatch."""
+    from moquad.preprocess.manifest import verify as verify_dir
+
+    _need_dir(data, "data folder", "pass the --out folder of `moquad preprocess`")
+    problems = verify_dir(data)
+    if problems:
+        for p in problems:
+            typer.echo(p, err=True)
+        typer.echo(f"verify: {len(problems)} problem(s) in {data}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"verify: {data} OK")
+
+
+# ----------------------------------------------------------------------------- stage 2: pretrain
+
+
+@app.command(
+    epilog="Examples: moquad pretrain --data /data/shards/ucf101 --recipe train/ucf101_r3d18_moquad_dagger.yaml  |  "
+    "moquad pretrain --data data/shards --method simclr --backbone tiny --epochs 5 --batch-size 16 --size 64  |  "
+    "torchrun --nnodes 4 --nproc-per-node 8 ... -m moquad.cli pretrain --data ... --recipe ..."
+)
+@_friendly
+def pretrain(
+    data: str = typer.Option(..., help="Shard folder written by `moquad preprocess`."),
+    out: Optional[str] = typer.Option(None, help="Run folder (checkpoints, logs, config)."),
+    recipe: Optional[str] = typer.Option(None, help="YAML recipe (train/*.yaml); flags override it."),
+    method: Optional[str] = typer.Option(None, help="moquad or simclr."),
+    backbone: Optional[str] = typer.Option(None, help="tiny, r3d_18, r2plus1d_18, s3d or r3d_50."),
+    epochs: Optional[int] = typer.Option(None, help="Training epochs."),
+    batch_size: Optional[int] = typer.Option(None, help="GLOBAL batch size in videos (split over ranks)."),
+    lr: Optional[float] = typer.Option(None, help="Learning rate at batch 256 (scaled linearly)."),
+    optimizer: Optional[str] = typer.Option(None, help="lars, sgd or adamw."),
+    temperature: Optional[float] = typer.Option(None, help="Softmax temperature tau."),
+    warmup_ratio: Optional[float] = typer.Option(None, help="Share of epochs on the appearance task (Alg. 1)."),
+    hard_beta: Optional[float] = typer.Option(None, help="Eq. 4: share of inter negatives mined as hard (0: off)."),
+    hard_alpha: Optional[float] = typer.Option(None, help="Eq. 4: weight of hard and intra negatives."),
+    frames: Optional[int] = typer.Option(None, help="Frames per clip."),
+    size: Optional[int] = typer.Option(None, help="Crop size in pixels."),
+    appearance_op: Optional[str] = typer.Option(None, help="rad_inter, rad_intra, be or none."),
+    motion_op: Optional[str] = typer.Option(None, help="speed, reverse or shuffle."),
+    ad_pos: Optional[bool] = typer.Option(None, "--ad-pos/--no-ad-pos", help="RAD on the positive."),
+    intra_neg: Optional[bool] = typer.Option(None, "--intra-neg/--no-intra-neg", help="Use the Intra-Neg."),
+    ad_intra_neg: Optional[bool] = typer.Option(None, "--ad-intra-neg/--no-ad-intra-neg", help="Use the AD-Intra-Neg."),
+    workers: Optional[int] = typer.Option(None, help="Data loader processes per rank."),
+    steps_per_epoch: Optional[int] = typer.Option(None, help="Override batches per epoch."),
+    ckpt_every: Optional[int] = typer.Option(None, help="Checkpoint every N steps."),
+    sync_bn: Optional[bool] = typer.Option(None, "--sync-bn/--no-sync-bn", help="SyncBatchNorm across ranks."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoints/last.pt."),
+    seed: Optional[int] = typer.Option(None, help="Seed for model init and data order."),
+    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda."),
+) -> None:
+    """Pre-train a video encoder with MoQuad (or the SimCLR baseline) from shards."""
+    from moquad.train.loop import pretrain as run_pretrain
+
+    _need_dir(data, "data folder", "run `moquad preprocess` first and pass its --out folder")
+    cfg = C.resolve(
+        C.PretrainConfig(),
+        recipe,
+        {
+            "data": data, "out": out, "method": method, "backbone": backbone, "epochs": epochs,
+            "batch_size": batch_size, "lr": lr, "optimizer": optimizer, "temperature": temperature,
+            "warmup_ratio": warmup_ratio, "hard_beta": hard_beta, "hard_alpha": hard_alpha,
+            "steps_per_epoch": steps_per_epoch, "ckpt_every": ckpt_every, "sync_bn": sync_bn,
+            "resume": resume or None, "seed": seed, "device": device,
+            "loader.frames": frames, "loader.size": size, "loader.appearance_op": appearance_op,
+            "loader.motion_op": motion_op, "loader.ad_pos": ad_pos, "loader.intra_neg": intra_neg,
+            "loader.ad_intra_neg": ad_intra_neg, "loader.workers": workers,
+        },
+    )
+    if cfg.method not in ("moquad", "simclr"):
+        raise ValueError(f"unknown method {cfg.method!r}; choose moquad or simclr")
+    ckpt = run_pretrain(cfg)
+    typer.echo(f"checkpoint: {ckpt}")
+
+
+@app.command(epilog="Example: moquad plot runs/moquad  (writes runs/moquad/curves.png)")
+@_friendly
+def plot(
+    run: str = typer.Argument(..., help="A run folder of `moquad pretrain`."),
+    out: Optional[str] = typer.Option(None, help="PNG path (default RUN/curves.png)."),
+) -> None:
+    """Draw loss, learning rate and the Fig. 4 rank diagnostic of a run to a PNG."""
+    from moquad.train.plot import plot_run
+
+    _need_dir(run, "run folder", "pass the --out folder of `moquad pretrain`")
+    typer.echo(f"wrote {plot_run(run, out)}")
+
+
+# ----------------------------------------------------------------------------- stage 3: evaluate
+
+
+def _eval_cfg(data: str, checkpoint: str, recipe: Optional[str], **flags: Any) -> C.EvalConfig:
+    _need_dir(data, "data folder", "run `moquad preprocess` first and pass its --out folder")
+    _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain` (RUN/checkpoints/last.pt)")
+    return C.resolve(C.EvalConfig(), recipe, dict(data=data, checkpoint=checkpoint, **flags))
+
+
+_DATA = typer.Option(..., help="Shard folder of the evaluation dataset.")
+_CKPT = typer.Option(..., help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt).")
+_RECIPE = typer.Option(None, help="YAML recipe (eval/*.yaml); flags override it.")
+
+
+@app.command(epilog="Example: moquad extract --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --split test")
+@_friendly
+def extract(
+    data: str = _DATA,
+    checkpoint: str = _CKPT,
+    split: str = typer.Option("test", help="Split to extract."),
+    recipe: Optional[str] = _RECIPE,
+    num_clips: Optional[int] = typer.Option(None, help="Uniformly spaced clips per video (10)."),
+    frames: Optional[int] = typer.Option(None, help="Frames per clip (16)."),
+    dilation: Optional[int] = typer.Option(None, help="Frame step inside a clip (2)."),
+    size: Optional[int] = typer.Option(None, help="Crop size (112)."),
+    crops: Optional[int] = typer.Option(None, help="1 (centre) or 3 crops."),
+    batch_size: Optional[int] = typer.Option(None, help="Clips per forward pass."),
+    out: Optional[str] = typer.Option(None, help="Folder for the Lance feature cache."),
+    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda."),
+) -> None:
+    """Extract per-video backbone features (multi-clip average) into a Lance dataset."""
+    from moquad.eval.features import extract as run_extract
+
+    cfg = _eval_cfg(data, checkpoint, recipe, num_clips=num_clips, frames=frames, dilation=dilation, size=size,
+                    crops=crops, batch_size=batch_size, out=out, device=device)
+    typer.echo(f"features: {run_extract(cfg, split)}")
+
+
+@app.command(epilog="Example: moquad retrieve --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --json retrieval.json")
+@_friendly
+def retrieve(
+    data: str = _DATA,
+    checkpoint: str = _CKPT,
+    recipe: Optional[str] = _RECIPE,
+    json: Optional[str] = typer.Option(None, "--json", help="Also write the numbers to this JSON file."),
+    center: Optional[bool] = typer.Option(None, "--center/--no-center", help="Subtract the split mean, re-normalise."),
+    index: Optional[str] = typer.Option(None, help="exact (default) or lance (vector index, recall reported)."),
+    num_clips: Optional[int] = typer.Option(None, help="Clips per video (10)."),
+    frames: Optional[int] = typer.Option(None, help="Frames per clip (16)."),
+    dilation: Optional[int] = typer.Option(None, help="Frame step inside a clip (2)."),
+    size: Optional[int] = typer.Option(None, help="Crop size (112)."),
+    out: Optional[str] = typer.Option(None, help="Folder for features and results."),
+    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda."),
+) -> None:
+    """Nearest-neighbour retrieval: test videos query the train split; top-1/5/10/20/50."""
+    from moquad.eval.retrieve import retrieve as run_retrieve
+
+    cfg = _eval_cfg(data, checkpoint, recipe, center=center, index=index, num_clips=num_clips, frames=frames,
+                    dilation=dilation, size=size, out=out, device=device)
+    run_retrieve(cfg, json_path=json)
+
+
+@app.command(epilog="Example: moquad linear --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --fast")
+@_friendly
+def linear(
+    data: str = _DATA,
+    checkpoint: str = _CKPT,
+    recipe: Optional[str] = _RECIPE,
+    fast: bool = typer.Option(True, "--fast/--full", help="Cached features (fast) or CVRL protocol on clips (full)."),
+    epochs: Optional[int] = typer.Option(None, help="Training epochs (100)."),
+    lr: Optional[float] = typer.Option(None, help="Learning rate."),
+    batch_size: Optional[int] = typer.Option(None, help="Batch size."),
+    out: Optional[str] = typer.Option(None, help="Folder for results."),
+    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda."),
+) -> None:
+    """Linear probe on the frozen backbone (its weights and BN statistics are checked unchanged)."""
+    from moquad.eval.linear import linear as run_linear
+
+    cfg = _eval_cfg(data, checkpoint, recipe, epochs=epochs, lr=lr, batch_size=batch_size, out=out, device=device)
+    run_linear(cfg, fast=fast)
+
+
+@app.command(epilog="Example: moquad finetune --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --recipe eval/finetune_ucf101.yaml")
+@_friendly
+def finetune(
+    data: str = _DATA,
+    checkpoint: str = _CKPT,
+    recipe: Optional[str] = _RECIPE,
+    epochs: Optional[int] = typer.Option(None, help="Training epochs (paper: 100)."),
+    lr: Optional[float] = typer.Option(None, help="Learning rate (paper: LARS 0.08)."),
+    batch_size: Optional[int] = typer.Option(None, help="Batch size (paper: 32)."),
+    frames: Optional[int] = typer.Option(None, help="Frames per clip (16)."),
+    dilation: Optional[int] = typer.Option(None, help="Frame step (2)."),
+    size: Optional[int] = typer.Option(None, help="Crop size."),
+    num_clips: Optional[int] = typer.Option(None, help="Test clips per video (10)."),
+    crops: Optional[int] = typer.Option(None, help="Test crops (3)."),
+    out: Optional[str] = typer.Option(None, help="Folder for results."),
+    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda."),
+) -> None:
+    """Fine-tune the whole network; 10-clip x 3-crop test, per-class table and confusion matrix."""
+    from moquad.eval.finetune import finetune as run_finetune
+
+    cfg = _eval_cfg(data, checkpoint, recipe, epochs=epochs, lr=lr, batch_size=batch_size, frames=frames,
+                    dilation=dilation, size=size, num_clips=num_clips, crops=crops, out=out, device=device)
+    run_finetune(cfg)
+
+
+@app.command(epilog="Example: moquad cam data/UCF-101/Fencing/v_Fencing_g01_c01.avi --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --out cam.png")
+@_friendly
+def cam(
+    video: str = typer.Argument(..., help="A video file, or a video_id of --data."),
+    checkpoint: str = _CKPT,
+    data: str = typer.Option("", help="Shard folder (needed when VIDEO is a video_id)."),
+    out: str = typer.Option("cam.png", help="PNG image strip to write."),
+    frames: Optional[int] = typer.Option(None, help="Frames shown (16)."),
+    size: Optional[int] = typer.Option(None, help="Input size (112)."),
+    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda."),
+) -> None:
+    """Class-activation maps over a video's frames, saved as an image strip (the paper's Fig. 5)."""
+    from moquad.eval.cam import cam as run_cam
+
+    _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain`")
+    if data:
+        _need_dir(data, "data folder", "pass the --out folder of `moquad preprocess`")
+    cfg = C.resolve(C.EvalConfig(), None, dict(data=data, checkpoint=checkpoint, frames=frames, size=size, device=device))
+    typer.echo(f"wrote {run_cam(video, cfg, out)}")
+
+
+# ----------------------------------------------------------------------------- everything
+
+
+@app.command(epilog="Example: moquad quickstart --out runs/quickstart")
+@_friendly
+def quickstart(
+    out: str = typer.Option("runs/quickstart", help="Folder for data, runs and the comparison."),
+    epochs: int = typer.Option(30, help="Pre-training epochs for each method."),
+    classes: int = typer.Option(4, help="Synthetic motion classes."),
+    per_class: int = typer.Option(12, help="Synthetic videos per class."),
+    seed: int = typer.Option(0, help="Seed."),
+) -> None:
+    """Synth -> preprocess -> pretrain SimCLR and MoQuad -> retrieve both -> table + PNG (CPU, minutes)."""
+    from moquad.quickstart import quickstart as run_quickstart
+
+    run_quickstart(out, epochs=epochs, classes=classes, per_class=per_class, seed=seed)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""Shared plumbing of the evaluation stage: checkpoint, data manifest, device, output files.
+
+Every evaluation result records three things so a number can be traced back:
+the protocol (the evaluation settings), the checkpoint (sha256 of the file) and the data
+(a checksum of the manifest rows used, see :func:`manifest_checksum`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from rich.console import Console
+from rich.table import Table
+from torch import nn
+
+from moquad.config import EvalConfig, to_dict
+
+# ImageNet statistics; used only when moquad.data.augment.normalize is not available.
+_MEAN = (0.485, 0.456, 0.406)
+_STD = (0.229, 0.224, 0.225)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> this rank's CUDA device when available, else CPU."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        return torch.device("cpu")
+    return torch.device(name)
+
+
+def normalize(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """uint8 clips (..., 3, T, H, W) -> float32 on ``device``, ``(x/255 - mean)/std``.
+
+    Uses the data pipeline's ``normalize`` when present so evaluation sees exactly the
+    input statistics pre-training saw.
+    """
+    try:
+        from moquad.data.augment import normalize as data_normalize
+    except ImportError:
+        data_normalize = None
+    if data_normalize is not None:
+        return data_normalize(x, device)
+    x = x.to(device, non_blocking=True).float().div_(255.0)
+    shape = [1] * x.dim()
+    shape[-4] = 3
+    mean = torch.tensor(_MEAN, device=device).view(shape)
+    std = torch.tensor(_STD, device=device).view(shape)
+    return (x - mean) / std
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """sha256 hex digest of a file (the checkpoint's identity in every result)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_checkpoint(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
+    """Rebuild the pre-trained ``VideoModel`` from a checkpoint (CONTRACTS.md format)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} not found; pass --checkpoint RUN/checkpoints/last.pt")
+    try:
+        from moquad.train.checkpoint import load_model
+    except ImportError:
+        load_model = None
+    if load_model is not None:
+        model, ckpt = load_model(path)
+        return model, ckpt
+    from moquad.models import build_model
+
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
+        raise ValueError(f"{path} is not a moquad checkpoint (needs 'model' and 'config' entries)")
+    c = ckpt["config"]
+    model = build_model(c["backbone"], proj_dim=c.get("proj_dim", 128), proj_hidden=c.get("proj_hidden", 2048))
+    model.load_state_dict(ckpt["model"])
+    return model, ckpt
+
+
+def read_split(data_dir: str | Path, split: str) -> pa.Table:
+    """The manifest of one split (one row per video, in manifest order)."""
+    data_dir = Path(data_dir)
+    try:
+        from moquad.preprocess.manifest import read_manifest
+    except ImportError:
+        read_manifest = None
+    if read_manifest is not None:
+        return read_manifest(data_dir, split)
+    path = data_dir / "manifests" / f"{split}.parquet"
+    if not path.is_file():
+        have = sorted(p.stem for p in (data_dir / "manifests").glob("*.parquet")) if data_dir.is_dir() else []
+        raise FileNotFoundError(
+            f"no manifest for split {split!r} in {data_dir} (found: {', '.join(have) or 'none'}); "
+            "run `moquad preprocess` first or pick another --split"
+        )
+    return pq.read_table(path)
+
+
+def dataset_classes(data_dir: str | Path, table: pa.Table | None = None) -> list[str]:
+    """Class names in label order: dataset.json when present, else from the manifest rows."""
+    info = Path(data_dir) / "dataset.json"
+    if info.is_file():
+        classes = json.loads(info.read_text()).get("classes")
+        if classes:
+            return list(classes)
+    if table is None:
+        raise FileNotFoundError(f"{info} not found; the data folder must come from `moquad preprocess`")
+    names: dict[int, str] = {}
+    for label, name in zip(table.column("label").to_pylist(), table.column("class_name").to_pylist()):
+        if label >= 0:
+            names[int(label)] = name
+    return [names.get(i, str(i)) for i in range(max(names) + 1)] if names else []
+
+
+def manifest_checksum(table: pa.Table) -> str:
+    """sha256 over the rows' (video_id, label, class_name, payload checksum, num_frames).
+
+    Identifies the data content independently of how the Parquet file was written or
+    where the shards live, so a re-merged manifest of the same videos keeps the cache.
+    """
+    h = hashlib.sha256()
+    cols = [table.column(c).to_pylist() for c in ("video_id", "label", "class_name", "checksum", "num_frames")]
+    for row in zip(*cols):
+        h.update(json.dumps(row).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def out_dir(cfg: EvalConfig) -> Path:
+    """``cfg.out``, else ``RUN/eval`` next to the checkpoint's run folder."""
+    if cfg.out:
+        return Path(cfg.out)
+    ckpt = Path(cfg.checkpoint)
+    run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    return run / "eval"
+
+
+def check_inputs(cfg: EvalConfig) -> None:
+    """Clear errors for the settings every evaluation needs."""
+    if not cfg.data:
+        raise ValueError("no data folder given; pass --data DIR (the output of `moquad preprocess`)")
+    if not Path(cfg.data).is_dir():
+        raise FileNotFoundError(f"data folder {cfg.data} not found; pass --data DIR from `moquad preprocess`")
+    if not cfg.checkpoint:
+        raise ValueError("no checkpoint given; pass --checkpoint RUN/checkpoints/last.pt")
+    if not Path(cfg.checkpoint).is_file():
+        raise FileNotFoundError(f"checkpoint {cfg.checkpoint} not found; pass --checkpoint RUN/checkpoints/last.pt")
+    if cfg.crops not in (1, 3):
+        raise ValueError(f"crops must be 1 (centre) or 3 (left/centre/right), got {cfg.crops}")
+    if cfg.num_clips < 1 or cfg.frames < 1 or cfg.dilation < 1:
+        raise ValueError("num_clips, frames and dilation must all be >= 1")
+
+
+def provenance(cfg: EvalConfig, splits: dict[str, pa.Table]) -> dict[str, Any]:
+    """The record every result carries: full eval config, checkpoint hash, manifest checksums."""
+    return {
+        "config": to_dict(cfg),
+        "checkpoint": {"path": str(Path(cfg.checkpoint).resolve()), "sha256": sha256_file(cfg.checkpoint)},
+        "data": {
+            "dir": str(Path(cfg.data).resolve()),
+            "manifests": {s: {"videos": t.num_rows, "checksum": manifest_checksum(t)} for s, t in splits.items()},
+        },
+    }
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, Path):
+        return str(v)
+    return v
+
+
+def write_result(result: dict[str, Any], json_path: str | Path, tables: list[Table]) -> Path:
+    """Write ``result`` as JSON and the same numbers as a text table beside it (``.txt``); print the tables."""
+    json_path = Path(json_path)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = json_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_jsonable(result), indent=2) + "\n")
+    tmp.replace(json_path)
+    console = Console(record=True, width=110)
+    for t in tables:
+        console.print(t)
+    json_path.with_suffix(".txt").write_text(console.export_text())
+    return json_path
+
+
+def protocol_table(title: str, result: dict[str, Any]) -> Table:
+    """Small key/value table of the provenance block (checkpoint, data, protocol)."""
+    t = Table(title=title, show_header=False)
+    t.add_column("key")
+    t.add_column("value")
+    t.add_row("checkpoint", f"{result['checkpoint']['path']} (sha256 {result['checkpoint']['sha256'][:12]})")
+    for split, m in result["data"]["manifests"].items():
+        t.add_row(f"data {split}", f"{result['data']['dir']} ({m['videos']} videos, {m['checksum'][:12]})")
+    for k, v in result.get("protocol", {}).items():
+        t.add_row(k, str(v))
+    return t
+
+
+def make_optimizer(params: list[nn.Parameter] | Any, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """``lars`` (moquad.train.lars when present, else SGD+momentum fallback), ``sgd`` or ``adamw``."""
+    if name == "lars":
+        try:
+            from moquad.train.lars import LARS
+        except ImportError:
+            LARS = None
+        if LARS is not None:
+            return LARS(params, lr=lr, weight_decay=weight_decay)
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    raise ValueError(f"unknown optimizer {name!r}; choose lars, sgd or adamw")
+
+
+def cosine_lr(base: float, step: int, total: int) -> float:
+    """Half-period cosine decay from ``base`` to 0 over ``total`` steps."""
+    return 0.5 * base * (1.0 + np.cos(np.pi * min(step, total) / max(1, total)))

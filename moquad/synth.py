@@ -1,0 +1,181 @@
+"""A small synthetic motion dataset, written as real video files in UCF101's layout.
+
+Every video shows one textured object moving over a textured background. The class is
+the MOTION only (direction of travel, rotation sense, growing or shrinking); background,
+object texture, colour, shape, start position and speed are drawn independently of the
+class. A representation that only encodes appearance therefore retrieves at chance on
+it, which makes it a cheap, honest sanity check for motion-focused pre-training.
+
+Layout (as UCF101)::
+
+    OUT/UCF-101/<Class>/v_<Class>_gGG_cCC.avi      MPEG-4 Part 2 in AVI, like UCF101's XviD
+    OUT/ucfTrainTestlist/classInd.txt              "1 MoveRight" ...
+    OUT/ucfTrainTestlist/trainlist01.txt           "MoveRight/v_MoveRight_g05_c01.avi 1"
+    OUT/ucfTrainTestlist/testlist01.txt            "MoveRight/v_MoveRight_g01_c01.avi"
+
+As in UCF101 the test split is made of whole groups (the first ~30% of groups), and the
+two clips of a group share their background, so a test video never shares a scene with
+a training video.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import av
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter
+
+MOTIONS = (
+    "MoveRight",
+    "MoveLeft",
+    "MoveUp",
+    "MoveDown",
+    "RotateClockwise",
+    "RotateCounterClockwise",
+    "Grow",
+    "Shrink",
+    "OrbitClockwise",
+    "OrbitCounterClockwise",
+)
+CLIPS_PER_GROUP = 2
+FPS = 25
+
+
+def _texture(rng: np.random.Generator, size: int, smooth: int) -> Image.Image:
+    """Random coloured texture: low-resolution noise upsampled (blobs) plus fine noise."""
+    low = rng.integers(0, 256, (max(2, size // smooth), max(2, size // smooth), 3), dtype=np.uint8)
+    img = Image.fromarray(low).resize((size, size), Image.BICUBIC)
+    arr = np.asarray(img, dtype=np.int16) + rng.integers(-20, 21, (size, size, 3))
+    return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8))
+
+
+def _sprite(rng: np.random.Generator, side: int) -> tuple[Image.Image, Image.Image]:
+    """A textured object with an irregular (asymmetric) polygon mask, so rotation is visible."""
+    tex = _texture(rng, side, smooth=int(rng.integers(1, 4)))
+    tint = rng.integers(0, 256, 3)
+    arr = (np.asarray(tex, dtype=np.float32) * 0.6 + tint * 0.4).astype(np.uint8)
+    mask = Image.new("L", (side, side), 0)
+    n = int(rng.integers(3, 7))
+    angles = np.sort(rng.uniform(0, 2 * math.pi, n))
+    radii = rng.uniform(0.3, 0.5, n) * side
+    pts = [(side / 2 + r * math.cos(a), side / 2 + r * math.sin(a)) for a, r in zip(angles, radii)]
+    ImageDraw.Draw(mask).polygon(pts, fill=255)
+    # a notch marks the orientation even for near-regular polygons
+    ImageDraw.Draw(mask).ellipse([side * 0.45, side * 0.05, side * 0.6, side * 0.2], fill=0)
+    # a dark or bright outline keeps the object visible on any background
+    sprite = Image.fromarray(arr)
+    edge = np.asarray(mask.filter(ImageFilter.FIND_EDGES)) > 0
+    out = np.asarray(sprite).copy()
+    out[edge] = 0 if rng.random() < 0.5 else 255
+    return Image.fromarray(out), mask
+
+
+def _background(rng: np.random.Generator, size: int) -> Image.Image:
+    """A smooth, lower-contrast scene so the object stands out whatever its colours."""
+    arr = np.asarray(_texture(rng, size, smooth=int(rng.integers(4, 12))), dtype=np.float32)
+    grey = rng.uniform(60, 200)
+    return Image.fromarray((arr * 0.5 + grey * 0.5).astype(np.uint8))
+
+
+def _render(motion: str, background: Image.Image, rng: np.random.Generator, size: int, frames: int) -> np.ndarray:
+    """Frames (T, H, W, 3) uint8 of one video of class ``motion``."""
+    side = int(size * rng.uniform(0.3, 0.45))
+    sprite, mask = _sprite(rng, side)
+    speed = rng.uniform(0.6, 1.4) * size / 64  # pixels per frame at 25 fps
+    x0, y0 = rng.uniform(0, size, 2)
+    angle0 = rng.uniform(0, 360)
+    out = np.empty((frames, size, size, 3), np.uint8)
+    for t in range(frames):
+        x, y, angle, scale = x0, y0, angle0, 1.0
+        if motion == "MoveRight":
+            x = x0 + speed * t
+        elif motion == "MoveLeft":
+            x = x0 - speed * t
+        elif motion == "MoveUp":
+            y = y0 - speed * t
+        elif motion == "MoveDown":
+            y = y0 + speed * t
+        elif motion == "RotateClockwise":
+            angle = angle0 - 6 * speed * t
+        elif motion == "RotateCounterClockwise":
+            angle = angle0 + 6 * speed * t
+        elif motion in ("Grow", "Shrink"):
+            phase = (t * speed / size * 2) % 1.0  # sawtooth so long videos keep the motion
+            scale = 0.5 + phase if motion == "Grow" else 1.5 - phase
+        elif motion in ("OrbitClockwise", "OrbitCounterClockwise"):
+            sign = 1 if motion == "OrbitClockwise" else -1
+            a = sign * speed * t / (size / 4)
+            x, y = size / 2 + size / 4 * math.cos(a + angle0), size / 2 + size / 4 * math.sin(a + angle0)
+        else:
+            raise ValueError(f"unknown motion {motion!r}")
+        spr, msk = sprite, mask
+        if scale != 1.0:
+            s = max(2, int(side * scale))
+            spr, msk = spr.resize((s, s), Image.BILINEAR), msk.resize((s, s), Image.BILINEAR)
+        if angle != angle0 or motion.startswith("Rotate"):
+            spr, msk = spr.rotate(angle, resample=Image.BILINEAR), msk.rotate(angle, resample=Image.BILINEAR)
+        frame = background.copy()
+        w = spr.size[0]
+        # wrap around the borders so the object is always visible, whatever the length
+        for dx in (-size, 0, size):
+            for dy in (-size, 0, size):
+                px, py = int(x % size - w / 2 + dx), int(y % size - w / 2 + dy)
+                if -w < px < size and -w < py < size:
+                    frame.paste(spr, (px, py), msk)
+        out[t] = np.asarray(frame)
+    return out
+
+
+def _write_avi(path: Path, frames: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.avi")
+    with av.open(str(tmp), "w", format="avi") as container:
+        stream = container.add_stream("mpeg4", rate=FPS)
+        stream.width, stream.height = frames.shape[2], frames.shape[1]
+        stream.pix_fmt = "yuv420p"
+        stream.bit_rate = 4_000_000
+        for arr in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(arr, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    tmp.replace(path)
+
+
+def make_synth(
+    out: str | Path, classes: int = 4, per_class: int = 8, size: int = 64, frames: int = 48, seed: int = 0
+) -> Path:
+    """Write the dataset under ``out`` and return ``out``.
+
+    ``classes`` (1..10) motion classes with ``per_class`` videos each, ``size`` x ``size``
+    pixels, ``frames`` frames at 25 fps. Deterministic for a given seed.
+    """
+    if not 1 <= classes <= len(MOTIONS):
+        raise ValueError(f"--classes must be between 1 and {len(MOTIONS)} (got {classes})")
+    if per_class < 2:
+        raise ValueError("--per-class must be at least 2 (one test group and one train group)")
+    if size < 16 or frames < 2:
+        raise ValueError("--size must be >= 16 pixels and --frames >= 2")
+    out = Path(out)
+    names = MOTIONS[:classes]
+    n_groups = math.ceil(per_class / CLIPS_PER_GROUP)
+    n_test_groups = max(1, min(n_groups - 1, round(n_groups * 0.3)))
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for label, name in enumerate(names, start=1):
+        background = None
+        for j in range(per_class):
+            g, c = j // CLIPS_PER_GROUP + 1, j % CLIPS_PER_GROUP + 1
+            if c == 1:  # the clips of a group share their scene, as in UCF101
+                background = _background(rng, size)
+            rel = f"{name}/v_{name}_g{g:02d}_c{c:02d}.avi"
+            _write_avi(out / "UCF-101" / rel, _render(name, background, rng, size, frames))
+            (test.append(rel) if g <= n_test_groups else train.append(f"{rel} {label}"))
+    lists = out / "ucfTrainTestlist"
+    lists.mkdir(parents=True, exist_ok=True)
+    (lists / "classInd.txt").write_text("".join(f"{i} {n}\n" for i, n in enumerate(names, start=1)))
+    (lists / "trainlist01.txt").write_text("".join(f"{r}\n" for r in train))
+    (lists / "testlist01.txt").write_text("".join(f"{r}\n" for r in test))
+    return out
