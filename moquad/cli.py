@@ -103,15 +103,17 @@ def preprocess(
     merge: bool = typer.Option(False, "--merge", help="Combine the manifests of all parts, then exit."),
 ) -> None:
     """Transcode a dataset into webdataset tar shards of JPEG frames with Parquet manifests."""
-    from moquad.preprocess import run
-
     if merge:
         _need_dir(out, "output folder", "run the parts first, then --merge with the same --out")
+        from moquad.preprocess import run
+
         run.merge(out)
         return
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
     _need_dir(root, "dataset root", "pass the folder that holds the videos and annotation files")
+    from moquad.preprocess import run
+
     cfg = C.resolve(
         C.PreprocessConfig(),
         recipe,
@@ -126,9 +128,9 @@ def preprocess(
 @_friendly
 def verify(data: str = typer.Argument(..., help="A folder written by `moquad preprocess`.")) -> None:
     """Re-read every shard and check it against the manifests; exit 1 on any mismatch."""
+    _need_dir(data, "data folder", "pass the --out folder of `moquad preprocess`")
     from moquad.preprocess.manifest import verify as verify_dir
 
-    _need_dir(data, "data folder", "pass the --out folder of `moquad preprocess`")
     problems = verify_dir(data)
     if problems:
         for p in problems:
@@ -177,8 +179,6 @@ def pretrain(
     device: Optional[str] = typer.Option(None, help="auto, cpu or cuda."),
 ) -> None:
     """Pre-train a video encoder with MoQuad (or the SimCLR baseline) from shards."""
-    from moquad.train.loop import pretrain as run_pretrain
-
     _need_dir(data, "data folder", "run `moquad preprocess` first and pass its --out folder")
     cfg = C.resolve(
         C.PretrainConfig(),
@@ -196,6 +196,8 @@ def pretrain(
     )
     if cfg.method not in ("moquad", "simclr"):
         raise ValueError(f"unknown method {cfg.method!r}; choose moquad or simclr")
+    from moquad.train.loop import pretrain as run_pretrain
+
     ckpt = run_pretrain(cfg)
     typer.echo(f"checkpoint: {ckpt}")
 
@@ -207,9 +209,9 @@ def plot(
     out: Optional[str] = typer.Option(None, help="PNG path (default RUN/curves.png)."),
 ) -> None:
     """Draw loss, learning rate and the Fig. 4 rank diagnostic of a run to a PNG."""
+    _need_dir(run, "run folder", "pass the --out folder of `moquad pretrain`")
     from moquad.train.plot import plot_run
 
-    _need_dir(run, "run folder", "pass the --out folder of `moquad pretrain`")
     typer.echo(f"wrote {plot_run(run, out)}")
 
 

@@ -1,0 +1,123 @@
+"""Distributed helpers driven only by torchrun's environment (RANK / LOCAL_RANK / WORLD_SIZE).
+
+``init()`` starts a process group when ``WORLD_SIZE > 1`` (NCCL on GPU, gloo on CPU) and is a
+no-op otherwise, so the same training code runs single-process on a laptop and multi-node on a
+cluster. ``gather`` concatenates a tensor from every rank *with gradients flowing back* to the
+rank that produced each slice: contrastive losses need every rank's projections as negatives.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+
+
+def env_ranks() -> tuple[int, int, int]:
+    """(rank, local_rank, world_size) from torchrun's environment variables (0, 0, 1 when absent)."""
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return rank, local_rank, world
+
+
+def pick_device(want: str = "auto", local_rank: int = 0) -> torch.device:
+    """``auto`` -> this process's GPU when CUDA is available, else CPU."""
+    if want not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {want!r}")
+    if want == "cpu" or (want == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError("device=cuda requested but CUDA is not available; use --device cpu")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def init(device: str = "auto") -> DistInfo:
+    """Start the process group from the environment (if WORLD_SIZE > 1) and pick this rank's device."""
+    rank, local_rank, world = env_ranks()
+    dev = pick_device(device, local_rank)
+    if world > 1 and not dist.is_initialized():
+        for var in ("MASTER_ADDR", "MASTER_PORT"):
+            if var not in os.environ:
+                raise ValueError(f"WORLD_SIZE={world} but {var} is not set; launch with torchrun")
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+        kwargs = {"device_id": dev} if dev.type == "cuda" else {}
+        dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world, **kwargs)
+    return DistInfo(rank, local_rank, world, dev)
+
+
+def cleanup() -> None:
+    """Destroy the process group if one is running."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def is_dist() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def get_rank() -> int:
+    return dist.get_rank() if is_dist() else 0
+
+
+def get_world_size() -> int:
+    return dist.get_world_size() if is_dist() else 1
+
+
+def is_main() -> bool:
+    """True on global rank 0 (the process that logs and writes checkpoints)."""
+    return get_rank() == 0
+
+
+def barrier() -> None:
+    if is_dist():
+        dist.barrier()
+
+
+class GatherLayer(torch.autograd.Function):
+    """all_gather whose backward sums every rank's gradient for this rank's slice.
+
+    Forward returns one tensor per rank. Backward all-reduces (sums) the incoming gradients
+    and keeps this rank's slice, so d(sum of all ranks' losses)/d(local input) is exact. With
+    DDP averaging parameter gradients over ranks this equals single-process training on the
+    global batch with the loss averaged over ranks.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor):  # type: ignore[override]
+        out = [torch.zeros_like(x) for _ in range(dist.get_world_size())]
+        dist.all_gather(out, x.contiguous())
+        return tuple(out)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor):  # type: ignore[override]
+        all_grads = torch.stack(grads)
+        dist.all_reduce(all_grads, op=dist.ReduceOp.SUM)
+        return all_grads[dist.get_rank()]
+
+
+def gather(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``x`` from all ranks along dim 0 (rank order), differentiable; identity if single."""
+    if not is_dist():
+        return x
+    return torch.cat(GatherLayer.apply(x), dim=0)
+
+
+def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
+    """Mean of a (detached) tensor over ranks; identity if single-process."""
+    if not is_dist():
+        return x
+    x = x.detach().clone()
+    dist.all_reduce(x, op=dist.ReduceOp.SUM)
+    return x / dist.get_world_size()

@@ -1,0 +1,220 @@
+"""Video-level features of a frozen pre-trained backbone, cached as a Lance dataset.
+
+Per video: ``cfg.num_clips`` uniformly spaced clips of ``cfg.frames`` frames at
+``cfg.dilation`` (see :mod:`moquad.eval.clips`), each as a centre crop or 3 crops; the
+backbone's pooled feature (before the projection head, model in eval mode) of every
+view; the plain mean over all views. Features are NOT L2-normalised in the cache
+(retrieval / probes normalise as their protocol says).
+
+Cache: ``OUT/features/{split}.lance`` with columns ``video_id, split, label, class_name,
+embedding`` (fixed-size list<float32>) in manifest order, and the schema metadata key
+``moquad`` = JSON of ``{"protocol", "checkpoint_sha256", "manifest_checksum", ...}``. A later
+call with the same protocol, checkpoint bytes and manifest content reuses it; anything
+else re-extracts.
+
+Distributed (torchrun env: RANK / WORLD_SIZE): rank r takes rows r, r+W, r+2W, ... (no
+padding, no drop_last), features are gathered on every rank, rank 0 checks that every
+video was computed exactly once and writes the dataset. Each video is computed with the
+same batch composition (its own views) on any number of ranks, so the feature does not
+depend on the world size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import lance
+import numpy as np
+import pyarrow as pa
+import torch
+import torch.distributed as dist
+from rich.progress import Progress
+
+import moquad
+from moquad.config import EvalConfig
+from moquad.eval.clips import eval_clips
+from moquad.eval.common import (
+    check_inputs,
+    load_checkpoint,
+    manifest_checksum,
+    normalize,
+    out_dir,
+    read_split,
+    resolve_device,
+    sha256_file,
+)
+
+META_KEY = b"moquad"
+
+
+def protocol(cfg: EvalConfig, split: str) -> dict[str, Any]:
+    """The settings that determine a cached feature (the cache key besides checkpoint and data)."""
+    try:
+        import moquad.data.augment  # noqa: F401
+
+        norm = "moquad.data.augment.normalize"
+    except ImportError:
+        norm = "imagenet-mean-std"
+    return {
+        "split": split,
+        "num_clips": cfg.num_clips,
+        "frames": cfg.frames,
+        "dilation": cfg.dilation,
+        "size": cfg.size,
+        "crops": cfg.crops,
+        "resize": "short side to size, bilinear antialias",
+        "feature": "backbone pooled (before projection head), eval mode, mean over clips x crops",
+        "normalize": norm,
+    }
+
+
+def features_path(cfg: EvalConfig, split: str) -> Path:
+    """Where ``extract`` caches the features of ``split``."""
+    return out_dir(cfg) / "features" / f"{split}.lance"
+
+
+def read_metadata(path: str | Path) -> dict[str, Any] | None:
+    """The ``moquad`` metadata of a cached feature dataset, or None when missing/unreadable."""
+    try:
+        meta = lance.dataset(str(path)).schema.metadata or {}
+        return json.loads(meta[META_KEY])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def read_features(path: str | Path) -> dict[str, Any]:
+    """Load a feature dataset -> dict of numpy arrays (embedding, label) and lists, plus metadata."""
+    ds = lance.dataset(str(path))
+    t = ds.to_table()
+    emb = t.column("embedding").combine_chunks()
+    dim = emb.type.list_size
+    return {
+        "video_id": t.column("video_id").to_pylist(),
+        "class_name": t.column("class_name").to_pylist(),
+        "label": t.column("label").to_numpy().astype(np.int64),
+        "embedding": emb.flatten().to_numpy().reshape(-1, dim).astype(np.float32),
+        "metadata": json.loads((ds.schema.metadata or {})[META_KEY]),
+    }
+
+
+def _dist_env() -> tuple[int, int]:
+    """(rank, world_size); initialises the process group from torchrun env vars when needed."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if world > 1:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend)
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class _Views(torch.utils.data.Dataset):
+    """Map-style dataset: position -> (manifest index, uint8 views of that video)."""
+
+    def __init__(self, data_dir: str, rows: list[dict[str, Any]], indices: list[int], cfg: EvalConfig):
+        self.data_dir, self.rows, self.indices, self.cfg = data_dir, rows, indices, cfg
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> tuple[int, torch.Tensor]:
+        j = self.indices[i]
+        c = self.cfg
+        return j, eval_clips(self.data_dir, self.rows[j], c.frames, c.dilation, c.num_clips, c.size, c.crops)
+
+
+@torch.inference_mode()
+def compute_features(
+    backbone: torch.nn.Module, cfg: EvalConfig, rows: list[dict[str, Any]], indices: list[int], show: bool = False
+) -> tuple[list[int], np.ndarray]:
+    """Features of the videos ``rows[indices]`` -> (indices, float32 (len, D))."""
+    device = resolve_device(cfg.device)
+    backbone = backbone.to(device).eval()
+    loader = torch.utils.data.DataLoader(
+        _Views(cfg.data, rows, indices, cfg), batch_size=None, shuffle=False, num_workers=cfg.workers
+    )
+    done: list[int] = []
+    feats: list[np.ndarray] = []
+    with Progress(disable=not show, transient=True) as progress:
+        task = progress.add_task("extracting", total=len(indices))
+        for j, views in loader:
+            out = [backbone(normalize(views[s : s + cfg.batch_size], device)).float()
+                   for s in range(0, len(views), cfg.batch_size)]
+            feats.append(torch.cat(out).mean(0).cpu().numpy())
+            done.append(int(j))
+            progress.advance(task)
+    dim = feats[0].shape[0] if feats else 0
+    return done, (np.stack(feats) if feats else np.zeros((0, dim), np.float32))
+
+
+def _write(path: Path, table: pa.Table, rows_emb: np.ndarray, meta: dict[str, Any]) -> None:
+    dim = rows_emb.shape[1]
+    emb = pa.FixedSizeListArray.from_arrays(pa.array(rows_emb.astype(np.float32).ravel()), dim)
+    out = pa.table(
+        {
+            "video_id": table.column("video_id").cast(pa.string()),
+            "split": table.column("split").cast(pa.string()),
+            "label": table.column("label").cast(pa.int32()),
+            "class_name": table.column("class_name").cast(pa.string()),
+            "embedding": emb,
+        }
+    )
+    out = out.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    lance.write_dataset(out, str(tmp), mode="create")
+    if path.exists():
+        shutil.rmtree(path)
+    tmp.rename(path)
+
+
+def extract(cfg: EvalConfig, split: str, *, force: bool = False) -> Path:
+    """Extract (or reuse) the features of ``split`` -> path of the Lance dataset (same on every rank)."""
+    check_inputs(cfg)
+    table = read_split(cfg.data, split)
+    if table.num_rows == 0:
+        raise ValueError(f"split {split!r} of {cfg.data} has no videos; check manifests/errors.parquet")
+    path = features_path(cfg, split)
+    meta = {
+        "protocol": protocol(cfg, split),
+        "checkpoint_sha256": sha256_file(cfg.checkpoint),
+        "manifest_checksum": manifest_checksum(table),
+        "checkpoint": str(Path(cfg.checkpoint).resolve()),
+        "data": str(Path(cfg.data).resolve()),
+        "videos": table.num_rows,
+        "moquad_version": getattr(moquad, "__version__", None),
+    }
+    keys = ("protocol", "checkpoint_sha256", "manifest_checksum")
+    old = read_metadata(path) if path.exists() and not force else None
+    if old is not None and all(old.get(k) == meta[k] for k in keys):
+        return path
+
+    rank, world = _dist_env()
+    model, _ = load_checkpoint(cfg.checkpoint)
+    rows = table.select(["shard", "jpgs_offset", "frame_offsets", "num_frames", "video_id"]).to_pylist()
+    mine = list(range(rank, table.num_rows, world))
+    idx, emb = compute_features(model.backbone, cfg, rows, mine, show=rank == 0)
+
+    if world > 1:
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, (idx, emb))
+        idx = [i for g in gathered for i in g[0]]
+        emb = np.concatenate([g[1] for g in gathered if len(g[0])])
+    if sorted(idx) != list(range(table.num_rows)):
+        raise RuntimeError(f"feature extraction covered {len(set(idx))} distinct of {table.num_rows} videos "
+                           f"({len(idx)} computed); every video must be counted exactly once")
+    ordered = np.empty_like(emb)
+    ordered[np.asarray(idx)] = emb
+    if rank == 0:
+        _write(path, table, ordered, meta)
+    if world > 1:
+        dist.barrier()
+    return path

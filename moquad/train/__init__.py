@@ -1,0 +1,1 @@
+"""Stage 2: self-supervised pre-training (losses, LARS, schedules, the training loop)."""

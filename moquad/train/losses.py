@@ -1,0 +1,170 @@
+"""Contrastive losses of the paper, on L2-normalised projections with temperature tau.
+
+- :func:`moquad_loss`: Eq. 1 (MoQuad quadruples), with Eq. 4 hard-negative mining when
+  ``hard_beta > 0``.
+- :func:`appearance_loss`: Eq. 3 (warm-up task: clip at dilation n vs clip at dilation m).
+- :func:`nt_xent_loss`: SimCLR's NT-Xent for the baseline.
+
+Conventions shared by all three:
+
+- Inputs are this rank's projections ``z_local`` (B, V, D) (unnormalised; computed in fp32) and
+  optionally the GLOBAL batch ``z_global`` (G, V, D) gathered with gradients
+  (:func:`moquad.dist.gather`); ``offset`` is the global index of this rank's first video.
+  Single process: leave ``z_global=None``.
+- The loss is the MEAN over this rank's anchors (the paper writes a sum; the mean keeps the
+  gradient scale independent of the batch, which the linear lr scaling rule then handles).
+  DDP averages gradients over ranks, so the effective loss is the mean over all global anchors.
+- Inter-video negatives are all V views of every OTHER video of the global batch.
+- Eq. 4: K = max(1, floor(beta * |inter|)) when beta > 0 (floor as in ``int(beta * n)``; at
+  least one so mining stays active on small batches); the K most similar inter negatives and
+  the intra negatives get weight alpha. beta = 0 gives exactly Eq. 1 (intra weight 1).
+- Each loss also returns the Fig. 4 diagnostic: the mean 1-based rank (1 = most similar) of
+  the positive and of the intra negatives among each anchor's candidates
+  (positive + intra negatives + inter negatives). ``nan`` when a kind is absent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+POS_NAMES = ("ad_pos", "pos", "positive")
+INTRA_NAMES = ("intra_neg", "ad_intra_neg")
+
+
+def hard_k(num_inter: int, beta: float) -> int:
+    """Number of hard inter negatives of Eq. 4 (0 disables mining)."""
+    if beta <= 0 or num_inter <= 0:
+        return 0
+    return min(num_inter, max(1, int(math.floor(beta * num_inter))))
+
+
+def _prep(z_local: torch.Tensor, z_global: torch.Tensor | None, offset: int):
+    zl = F.normalize(z_local.float(), dim=-1)
+    zg = zl if z_global is None else F.normalize(z_global.float(), dim=-1)
+    if z_global is None and offset != 0:
+        raise ValueError("offset must be 0 when z_global is not given")
+    return zl, zg
+
+
+def _ranks(target: torch.Tensor, cands: torch.Tensor) -> torch.Tensor:
+    """1-based rank of ``target`` (B, k) among ``cands`` (B, C) that contain it (strictly greater count)."""
+    greater = (cands.unsqueeze(1) > target.unsqueeze(2)).sum(-1)
+    return 1.0 + greater.float()
+
+
+def _quad(
+    zl: torch.Tensor,
+    zg: torch.Tensor,
+    offset: int,
+    pos_view: int,
+    intra_views: Sequence[int],
+    tau: float,
+    hard_beta: float,
+    hard_alpha: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Shared core of Eq. 1/3/4: anchor = view 0, one positive view, intra negatives, inter negatives."""
+    b, v, d = zl.shape
+    g = zg.shape[0]
+    a = zl[:, 0]
+    s_pos = (a * zl[:, pos_view]).sum(-1)  # (B,)
+    intra_idx = list(intra_views)
+    s_intra = torch.einsum("bd,bkd->bk", a, zl[:, intra_idx]) if intra_idx else a.new_zeros(b, 0)
+    s_all = (a @ zg.reshape(g * v, d).T).reshape(b, g, v)
+    other = torch.ones(b, g, dtype=torch.bool, device=zl.device)
+    other[torch.arange(b, device=zl.device), offset + torch.arange(b, device=zl.device)] = False
+    s_inter = s_all[other].reshape(b, (g - 1) * v)
+
+    k = hard_k(s_inter.shape[1], hard_beta)
+    log_w_inter = torch.zeros_like(s_inter)
+    log_w_intra = 0.0
+    if k > 0:
+        log_alpha = math.log(hard_alpha)
+        top = s_inter.detach().topk(k, dim=1).indices
+        log_w_inter = log_w_inter.scatter(1, top, log_alpha)
+        log_w_intra = log_alpha
+    logits = torch.cat(
+        [s_pos[:, None] / tau, s_intra / tau + log_w_intra, s_inter / tau + log_w_inter], dim=1
+    )
+    loss = (torch.logsumexp(logits, dim=1) - s_pos / tau).mean()
+
+    with torch.no_grad():
+        cands = torch.cat([s_pos[:, None], s_intra, s_inter], dim=1)
+        stats = {"rank_pos": _ranks(s_pos[:, None], cands).mean().item()}
+        stats["rank_intra_neg"] = _ranks(s_intra, cands).mean().item() if intra_idx else float("nan")
+    return loss, stats
+
+
+def view_roles(view_names: Sequence[str]) -> tuple[int, list[int]]:
+    """(positive view index, intra-negative view indices) from the loader's ``view_names``."""
+    names = list(view_names)
+    if not names or names[0] != "anchor":
+        raise ValueError(f"the first view must be 'anchor', got view_names={names}")
+    pos = [i for i, n in enumerate(names) if n in POS_NAMES]
+    if len(pos) != 1:
+        raise ValueError(f"need exactly one positive view ({'/'.join(POS_NAMES)}) in {names}")
+    unknown = [n for n in names[1:] if n not in POS_NAMES + INTRA_NAMES]
+    if unknown:
+        raise ValueError(f"unknown view names {unknown} in {names}")
+    return pos[0], [i for i, n in enumerate(names) if n in INTRA_NAMES]
+
+
+def moquad_loss(
+    z_local: torch.Tensor,
+    view_names: Sequence[str] = ("anchor", "ad_pos", "intra_neg", "ad_intra_neg"),
+    *,
+    z_global: torch.Tensor | None = None,
+    offset: int = 0,
+    tau: float = 0.1,
+    hard_beta: float = 0.0,
+    hard_alpha: float = 1.5,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Eq. 1 (``hard_beta=0``) / Eq. 4 on quadruples ``z_local`` (B, V, D) in ``view_names`` order.
+
+    Ablations that drop views simply pass fewer views (e.g. ``("anchor", "ad_pos")``).
+    """
+    if z_local.dim() != 3 or z_local.shape[1] != len(view_names):
+        raise ValueError(f"z_local must be (B, {len(view_names)}, D), got {tuple(z_local.shape)}")
+    pos, intra = view_roles(view_names)
+    zl, zg = _prep(z_local, z_global, offset)
+    return _quad(zl, zg, offset, pos, intra, tau, hard_beta, hard_alpha)
+
+
+def appearance_loss(
+    z_local: torch.Tensor, *, z_global: torch.Tensor | None = None, offset: int = 0, tau: float = 0.1
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Eq. 3: anchors z_i^n (view 0), positive z_i^m (view 1), negatives z_j^s, j != i, s in {n, m}.
+
+    As written in the paper the anchor is only the clip at dilation n (one direction).
+    """
+    if z_local.dim() != 3 or z_local.shape[1] != 2:
+        raise ValueError(f"appearance loss needs (B, 2, D) projections, got {tuple(z_local.shape)}")
+    zl, zg = _prep(z_local, z_global, offset)
+    return _quad(zl, zg, offset, 1, [], tau, 0.0, 1.0)
+
+
+def nt_xent_loss(
+    z_local: torch.Tensor, *, z_global: torch.Tensor | None = None, offset: int = 0, tau: float = 0.1
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """SimCLR NT-Xent on (B, 2, D): every view is an anchor, its pair the positive, all other
+    2G - 2 views of the global batch the negatives; mean over the 2B local anchors."""
+    if z_local.dim() != 3 or z_local.shape[1] != 2:
+        raise ValueError(f"NT-Xent needs (B, 2, D) projections, got {tuple(z_local.shape)}")
+    zl, zg = _prep(z_local, z_global, offset)
+    b, g = zl.shape[0], zg.shape[0]
+    anchors = torch.cat([zl[:, 0], zl[:, 1]])  # (2B, D)
+    cands = torch.cat([zg[:, 0], zg[:, 1]])  # (2G, D)
+    logits = anchors @ cands.T / tau
+    idx = offset + torch.arange(b, device=zl.device)
+    rows = torch.arange(2 * b, device=zl.device)
+    self_col = torch.cat([idx, idx + g])
+    pos_col = torch.cat([idx + g, idx])
+    logits = logits.masked_fill(F.one_hot(self_col, 2 * g).bool(), float("-inf"))
+    loss = F.cross_entropy(logits, pos_col)
+    with torch.no_grad():
+        pos = logits[rows, pos_col]
+        rank = 1.0 + (logits > pos[:, None]).sum(1).float()
+    return loss, {"rank_pos": rank.mean().item(), "rank_intra_neg": float("nan")}

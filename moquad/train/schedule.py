@@ -1,0 +1,53 @@
+"""Per-step schedules, precomputed so a resumed run and a plot read the same numbers.
+
+- :func:`lr_schedule`: SimCLR's linear warm-up then half-period cosine decay to 0, with the
+  base lr scaled linearly with the global batch (``lr * global_batch / 256``).
+- :func:`stage` / :func:`stage_per_epoch`: Algorithm 1: the appearance task (Eq. 3) for epochs
+  ``e < p * E``, then MoQuad; the SimCLR baseline uses NT-Xent throughout.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def scaled_lr(base_lr: float, global_batch: int) -> float:
+    """Linear scaling rule: ``base_lr`` is the lr at batch 256."""
+    return base_lr * global_batch / 256.0
+
+
+def lr_schedule(base_lr: float, global_batch: int, total_steps: int, warmup_steps: int) -> torch.Tensor:
+    """lr for each step 0..total_steps-1 (float64).
+
+    step < W: ``peak * step / W`` (SimCLR: starts at 0); then ``peak * 0.5 * (1 + cos(pi * t / T))``
+    with ``t = step - W`` and ``T = total_steps - W``.
+    """
+    if total_steps <= 0:
+        raise ValueError(f"total_steps must be positive, got {total_steps}")
+    peak = scaled_lr(base_lr, global_batch)
+    w = max(0, min(int(warmup_steps), total_steps))
+    out = torch.empty(total_steps, dtype=torch.float64)
+    for s in range(total_steps):
+        if s < w:
+            out[s] = peak * s / w
+        else:
+            t, span = s - w, total_steps - w
+            out[s] = peak * 0.5 * (1.0 + math.cos(math.pi * t / span))
+    return out
+
+
+def stage(epoch: int, epochs: int, warmup_ratio: float, method: str = "moquad") -> str:
+    """Loader/loss mode of an epoch: ``simclr``, ``appearance`` (e < p*E) or ``moquad``."""
+    if method == "simclr":
+        return "simclr"
+    if method != "moquad":
+        raise ValueError(f"method must be moquad or simclr, got {method!r}")
+    if not 0.0 <= warmup_ratio <= 1.0:
+        raise ValueError(f"warmup_ratio must be in [0, 1], got {warmup_ratio}")
+    return "appearance" if epoch < warmup_ratio * epochs else "moquad"
+
+
+def stage_per_epoch(epochs: int, warmup_ratio: float, method: str = "moquad") -> list[str]:
+    return [stage(e, epochs, warmup_ratio, method) for e in range(epochs)]

@@ -1,0 +1,232 @@
+"""Feature extraction: clip geometry, 1-rank vs 2-rank equality (real gloo group), cache reuse.
+
+``make_tiny_dataset`` / ``make_checkpoint`` build a CONTRACTS.md-format data folder and
+checkpoint without the preprocess / train stages; the other eval tests import them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import socket
+import tarfile
+from pathlib import Path
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import simplejpeg
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import webdataset as wds
+
+from moquad.config import EvalConfig
+from moquad.eval.clips import clip_indices, spatial_crops
+from moquad.eval.features import compute_features, extract, read_features
+
+CLASSES = ["Red", "Green", "Blue"]
+COLOURS = np.array([[200, 40, 40], [40, 200, 40], [40, 40, 200]])
+
+
+def _video(rng: np.random.Generator, label: int, frames: int, h: int, w: int) -> list[bytes]:
+    """Class-coloured background with a bright square moving right; JPEG per frame."""
+    out = []
+    base = COLOURS[label] + rng.integers(-30, 31, 3)
+    for t in range(frames):
+        img = np.clip(base + rng.integers(-25, 26, (h, w, 3)), 0, 255).astype(np.uint8)
+        x = (t * 2) % max(1, w - 8)
+        img[h // 3 : h // 3 + 8, x : x + 8] = 255
+        out.append(simplejpeg.encode_jpeg(np.ascontiguousarray(img), quality=90, colorspace="RGB"))
+    return out
+
+
+def make_tiny_dataset(root: Path, per_split: dict[str, int] | None = None, frames: int = 12, seed: int = 0) -> Path:
+    """Data folder in CONTRACTS.md format: shards (2 per split), Parquet manifests, dataset.json."""
+    per_split = per_split or {"train": 9, "test": 6}
+    rng = np.random.default_rng(seed)
+    (root / "shards").mkdir(parents=True)
+    (root / "manifests").mkdir()
+    for split, n in per_split.items():
+        rows = []
+        for part in range(2):
+            rel = f"shards/{split}-000-{part:06d}.tar"
+            videos = []
+            for i in range(part, n, 2):
+                label = i % len(CLASSES)
+                h, w = (40, 32) if i % 4 == 3 else (32, 44)  # some portrait videos
+                nf = frames - (i % 3) * 3  # different lengths, some shorter than a clip span
+                jpgs = _video(rng, label, nf, h, w)
+                fo = np.cumsum([0] + [len(j) for j in jpgs]).tolist()
+                vid = f"{split}/v_{CLASSES[label]}_{i:02d}.avi"
+                payload = b"".join(jpgs)
+                row = dict(video_id=vid, split=split, label=label, class_name=CLASSES[label],
+                           source_path=f"/raw/{vid}", num_frames=nf, fps=25.0, width=w, height=h,
+                           frame_offsets=fo, checksum=hashlib.sha256(payload).hexdigest(), jpgs_size=len(payload))
+                key = vid.replace("/", "_").replace(".", "_")
+                videos.append((key, row, payload))
+            with wds.TarWriter(str(root / rel)) as tw:
+                for key, row, payload in videos:
+                    tw.write({"__key__": key, "json": json.dumps(row).encode(), "jpgs": payload})
+            with tarfile.open(root / rel) as tf:
+                members = {m.name: m for m in tf.getmembers()}
+            for key, row, _ in videos:
+                m = members[f"{key}.jpgs"]
+                rows.append(dict(row, shard=rel, offset=members[f"{key}.json"].offset, jpgs_offset=m.offset_data))
+        table = pa.Table.from_pylist(rows).cast(pa.schema([
+            ("video_id", pa.string()), ("split", pa.string()), ("label", pa.int32()), ("class_name", pa.string()),
+            ("source_path", pa.string()), ("num_frames", pa.int32()), ("fps", pa.float32()), ("width", pa.int32()),
+            ("height", pa.int32()), ("frame_offsets", pa.list_(pa.int64())), ("checksum", pa.string()),
+            ("jpgs_size", pa.int64()), ("shard", pa.string()), ("offset", pa.int64()), ("jpgs_offset", pa.int64()),
+        ]))
+        pq.write_table(table, root / "manifests" / f"{split}.parquet")
+    info = {"schema_version": 1, "name": "tiny", "classes": CLASSES, "splits": per_split, "preprocess": {},
+            "moquad_version": "test"}
+    (root / "dataset.json").write_text(json.dumps(info))
+    return root
+
+
+def make_checkpoint(path: Path, seed: int = 0, backbone: str = "tiny") -> Path:
+    """A CONTRACTS.md checkpoint of a randomly initialised tiny model (BN stats made non-trivial)."""
+    from moquad.models import build_model
+
+    torch.manual_seed(seed)
+    model = build_model(backbone, proj_dim=16, proj_hidden=32)
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    cfg = {"backbone": backbone, "proj_dim": 16, "proj_hidden": 32}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": model.state_dict(), "optimizer": {}, "step": 0, "epoch": 0, "config": cfg,
+                "seeds": {}, "moquad_version": "test", "git": None}, path)
+    return path
+
+
+def eval_cfg(data: Path, ckpt: Path, out: Path, **kw) -> EvalConfig:
+    base = dict(data=str(data), checkpoint=str(ckpt), out=str(out), num_clips=2, frames=4, dilation=2, size=32,
+                crops=1, batch_size=8, workers=0, ks=(1, 5), device="cpu", epochs=3)
+    base.update(kw)
+    return EvalConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("evaldata")
+    return make_tiny_dataset(root / "data"), make_checkpoint(root / "run" / "checkpoints" / "last.pt")
+
+
+def test_clip_indices_uniform_and_short_videos():
+    # 20 frames, 4-frame clips at dilation 2 (span 7): starts 0..13 spread over 3 clips
+    np.testing.assert_array_equal(clip_indices(20, 4, 2, 3), [[0, 2, 4, 6], [6, 8, 10, 12], [13, 15, 17, 19]])
+    np.testing.assert_array_equal(clip_indices(20, 4, 2, 1), [[6, 8, 10, 12]])  # one clip is centred
+    np.testing.assert_array_equal(clip_indices(5, 4, 2, 2), [[0, 2, 4, 4], [0, 2, 4, 4]])  # clamped
+
+
+def test_three_crops_cover_the_long_side():
+    x = torch.arange(2 * 16 * 48 * 3, dtype=torch.float32).reshape(2, 16, 48, 3).remainder(251).to(torch.uint8)
+    c = spatial_crops(x, 16, 3)  # no resize needed: short side is already 16
+    assert c.shape == (3, 3, 2, 16, 16)
+    ref = x.permute(3, 0, 1, 2)
+    for k, x0 in enumerate((0, 16, 32)):
+        torch.testing.assert_close(c[k], ref[:, :, :, x0 : x0 + 16])
+    centre = spatial_crops(x.transpose(1, 2), 16, 1)  # portrait: centre crop along H
+    torch.testing.assert_close(centre[0], x.transpose(1, 2).permute(3, 0, 1, 2)[:, :, 16:32, :])
+
+
+def test_extract_table_and_reference_feature(tiny, tmp_path):
+    data, ckpt = tiny
+    cfg = eval_cfg(data, ckpt, tmp_path, crops=3)
+    path = extract(cfg, "test")
+    f = read_features(path)
+    man = pq.read_table(data / "manifests" / "test.parquet")
+    assert f["video_id"] == man.column("video_id").to_pylist()
+    assert f["embedding"].shape == (6, 64) and f["embedding"].dtype == np.float32
+    np.testing.assert_array_equal(f["label"], man.column("label").to_numpy())
+    assert lance.dataset(str(path)).schema.field("embedding").type == pa.list_(pa.float32(), 64)
+    assert f["metadata"]["protocol"]["crops"] == 3 and len(f["metadata"]["checkpoint_sha256"]) == 64
+    # independent reference for one video: decode the tar sample with webdataset, mean of per-view features
+    from moquad.eval.common import load_checkpoint, normalize
+
+    model, _ = load_checkpoint(ckpt)
+    model.eval()
+    row = man.slice(1, 1).to_pylist()[0]
+    sample = next(s for s in wds.WebDataset(str(data / row["shard"]), shardshuffle=False)
+                  if json.loads(s["json"])["video_id"] == row["video_id"])
+    fo = row["frame_offsets"]
+    frames = [simplejpeg.decode_jpeg(sample["jpgs"][fo[i] : fo[i + 1]]) for i in range(row["num_frames"])]
+    views = []
+    for clip in clip_indices(row["num_frames"], 4, 2, 2):
+        views.append(spatial_crops(torch.from_numpy(np.stack([frames[i] for i in clip])), 32, 3))
+    with torch.no_grad():
+        ref = model.backbone(normalize(torch.cat(views), torch.device("cpu"))).mean(0).numpy()
+    np.testing.assert_allclose(f["embedding"][1], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_cache_reuse_and_invalidation(tiny, tmp_path):
+    data, ckpt = tiny
+    cfg = eval_cfg(data, ckpt, tmp_path)
+    path = extract(cfg, "test")
+    version = lance.dataset(str(path)).version
+    mtime = (path / "_versions").stat().st_mtime_ns
+    assert extract(cfg, "test") == path and (path / "_versions").stat().st_mtime_ns == mtime  # reused
+    first = read_features(path)
+    extract(eval_cfg(data, ckpt, tmp_path, num_clips=3), "test")  # protocol changed -> recomputed
+    assert read_features(path)["metadata"]["protocol"]["num_clips"] == 3
+    ckpt2 = make_checkpoint(tmp_path / "other.pt", seed=1)  # different checkpoint -> recomputed
+    extract(eval_cfg(data, ckpt2, tmp_path), "test")
+    again = read_features(path)
+    assert again["metadata"]["checkpoint_sha256"] != first["metadata"]["checkpoint_sha256"]
+    assert not np.allclose(again["embedding"], first["embedding"])
+    assert lance.dataset(str(path)).version >= version
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, cfg: EvalConfig, result: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        path = extract(cfg, "train")
+        Path(f"{result}.{rank}").write_text(str(path))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_one_and_two_ranks_give_the_same_features(tiny, tmp_path):
+    data, ckpt = tiny
+    one = read_features(extract(eval_cfg(data, ckpt, tmp_path / "one"), "train"))
+    cfg2 = eval_cfg(data, ckpt, tmp_path / "two")
+    mp.spawn(_worker, args=(2, _free_port(), cfg2, str(tmp_path / "done")), nprocs=2, join=True)
+    assert (tmp_path / "done.0").read_text() == (tmp_path / "done.1").read_text()
+    two = read_features(Path((tmp_path / "done.0").read_text()))
+    assert two["video_id"] == one["video_id"] and len(two["video_id"]) == 9  # odd count: no drop_last
+    np.testing.assert_allclose(two["embedding"], one["embedding"], rtol=1e-5, atol=1e-6)
+
+
+def test_compute_features_on_no_videos(tiny):
+    data, ckpt = tiny
+    from moquad.eval.common import load_checkpoint
+
+    model, _ = load_checkpoint(ckpt)
+    idx, emb = compute_features(model.backbone, eval_cfg(data, ckpt, data), [], [])
+    assert idx == [] and emb.shape[0] == 0
+
+
+def test_clear_errors(tiny, tmp_path):
+    data, ckpt = tiny
+    with pytest.raises(FileNotFoundError, match="split 'val'"):
+        extract(eval_cfg(data, ckpt, tmp_path), "val")
+    with pytest.raises(FileNotFoundError, match="checkpoint"):
+        extract(eval_cfg(data, tmp_path / "nope.pt", tmp_path), "test")
+    with pytest.raises(ValueError, match="crops"):
+        extract(eval_cfg(data, ckpt, tmp_path, crops=2), "test")
