@@ -10,7 +10,7 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -89,17 +89,17 @@ def preprocess(
     dataset: str = typer.Argument(..., help="One of: k400, ucf101, hmdb51, ssv2, folder."),
     root: str = typer.Argument(..., help="Dataset root (videos and annotation files)."),
     out: str = typer.Option(..., "--out", "-o", help="Output folder for shards and manifests."),
-    recipe: Optional[str] = typer.Option(None, help="YAML recipe (preprocess/*.yaml); flags override it."),
-    split: Optional[int] = typer.Option(None, help="Official split number for ucf101/hmdb51 (1, 2 or 3)."),
-    short_side: Optional[int] = typer.Option(None, help="Resize so the short side is this many pixels (128)."),
-    fps: Optional[float] = typer.Option(None, help="Resample to this frame rate (default: native)."),
-    jpeg_quality: Optional[int] = typer.Option(None, help="JPEG quality 1-100 (90)."),
-    shard_size: Optional[int] = typer.Option(None, help="Target shard size in bytes (1e9)."),
-    workers: Optional[int] = typer.Option(None, help="Parallel transcoding processes (CPU count)."),
-    num_parts: Optional[int] = typer.Option(None, help="Split the video list into N parts (one per node)."),
-    part: Optional[int] = typer.Option(None, help="Which part this process writes (0..N-1)."),
-    limit: Optional[int] = typer.Option(None, help="Only the first N videos after shuffling (trial runs)."),
-    seed: Optional[int] = typer.Option(None, help="Shuffle seed."),
+    recipe: str | None = typer.Option(None, help="YAML recipe (preprocess/*.yaml); flags override it."),
+    split: int | None = typer.Option(None, help="Official split number for ucf101/hmdb51 (1, 2 or 3)."),
+    short_side: int | None = typer.Option(None, help="Resize so the short side is this many pixels (128)."),
+    fps: float | None = typer.Option(None, help="Resample to this frame rate (default: native)."),
+    jpeg_quality: int | None = typer.Option(None, help="JPEG quality 1-100 (90)."),
+    shard_size: int | None = typer.Option(None, help="Target shard size in bytes (1e9)."),
+    workers: int | None = typer.Option(None, help="Parallel transcoding processes (CPU count)."),
+    num_parts: int | None = typer.Option(None, help="Split the video list into N parts (one per node)."),
+    part: int | None = typer.Option(None, help="Which part this process writes (0..N-1)."),
+    limit: int | None = typer.Option(None, help="Only the first N videos after shuffling (trial runs)."),
+    seed: int | None = typer.Option(None, help="Shuffle seed."),
     merge: bool = typer.Option(False, "--merge", help="Combine the manifests of all parts, then exit."),
 ) -> None:
     """Transcode a dataset into webdataset tar shards of JPEG frames with Parquet manifests."""
@@ -151,32 +151,32 @@ def verify(data: str = typer.Argument(..., help="A folder written by `moquad pre
 @_friendly
 def pretrain(
     data: str = typer.Option(..., help="Shard folder written by `moquad preprocess`."),
-    out: Optional[str] = typer.Option(None, help="Run folder (checkpoints, logs, config)."),
-    recipe: Optional[str] = typer.Option(None, help="YAML recipe (train/*.yaml); flags override it."),
-    method: Optional[str] = typer.Option(None, help="moquad or simclr."),
-    backbone: Optional[str] = typer.Option(None, help="tiny, r3d_18, r2plus1d_18, s3d or r3d_50."),
-    epochs: Optional[int] = typer.Option(None, help="Training epochs."),
-    batch_size: Optional[int] = typer.Option(None, help="GLOBAL batch size in videos (split over ranks)."),
-    lr: Optional[float] = typer.Option(None, help="Learning rate at batch 256 (scaled linearly)."),
-    optimizer: Optional[str] = typer.Option(None, help="lars, sgd or adamw."),
-    temperature: Optional[float] = typer.Option(None, help="Softmax temperature tau."),
-    warmup_ratio: Optional[float] = typer.Option(None, help="Share of epochs on the appearance task (Alg. 1)."),
-    hard_beta: Optional[float] = typer.Option(None, help="Eq. 4: share of inter negatives mined as hard (0: off)."),
-    hard_alpha: Optional[float] = typer.Option(None, help="Eq. 4: weight of hard and intra negatives."),
-    frames: Optional[int] = typer.Option(None, help="Frames per clip."),
-    size: Optional[int] = typer.Option(None, help="Crop size in pixels."),
-    appearance_op: Optional[str] = typer.Option(None, help="rad_inter, rad_intra, be or none."),
-    motion_op: Optional[str] = typer.Option(None, help="speed, reverse or shuffle."),
-    ad_pos: Optional[bool] = typer.Option(None, "--ad-pos/--no-ad-pos", help="RAD on the positive."),
-    intra_neg: Optional[bool] = typer.Option(None, "--intra-neg/--no-intra-neg", help="Use the Intra-Neg."),
-    ad_intra_neg: Optional[bool] = typer.Option(None, "--ad-intra-neg/--no-ad-intra-neg", help="Use the AD-Intra-Neg."),
-    workers: Optional[int] = typer.Option(None, help="Data loader processes per rank."),
-    steps_per_epoch: Optional[int] = typer.Option(None, help="Override batches per epoch."),
-    ckpt_every: Optional[int] = typer.Option(None, help="Checkpoint every N steps."),
-    sync_bn: Optional[bool] = typer.Option(None, "--sync-bn/--no-sync-bn", help="SyncBatchNorm across ranks."),
+    out: str | None = typer.Option(None, help="Run folder (checkpoints, logs, config)."),
+    recipe: str | None = typer.Option(None, help="YAML recipe (train/*.yaml); flags override it."),
+    method: str | None = typer.Option(None, help="moquad or simclr."),
+    backbone: str | None = typer.Option(None, help="tiny, r3d_18, r2plus1d_18, s3d or r3d_50."),
+    epochs: int | None = typer.Option(None, help="Training epochs."),
+    batch_size: int | None = typer.Option(None, help="GLOBAL batch size in videos (split over ranks)."),
+    lr: float | None = typer.Option(None, help="Learning rate at batch 256 (scaled linearly)."),
+    optimizer: str | None = typer.Option(None, help="lars, sgd or adamw."),
+    temperature: float | None = typer.Option(None, help="Softmax temperature tau."),
+    warmup_ratio: float | None = typer.Option(None, help="Share of epochs on the appearance task (Alg. 1)."),
+    hard_beta: float | None = typer.Option(None, help="Eq. 4: share of inter negatives mined as hard (0: off)."),
+    hard_alpha: float | None = typer.Option(None, help="Eq. 4: weight of hard and intra negatives."),
+    frames: int | None = typer.Option(None, help="Frames per clip."),
+    size: int | None = typer.Option(None, help="Crop size in pixels."),
+    appearance_op: str | None = typer.Option(None, help="rad_inter, rad_intra, be or none."),
+    motion_op: str | None = typer.Option(None, help="speed, reverse or shuffle."),
+    ad_pos: bool | None = typer.Option(None, "--ad-pos/--no-ad-pos", help="RAD on the positive."),
+    intra_neg: bool | None = typer.Option(None, "--intra-neg/--no-intra-neg", help="Use the Intra-Neg."),
+    ad_intra_neg: bool | None = typer.Option(None, "--ad-intra-neg/--no-ad-intra-neg", help="Use the AD-Intra-Neg."),
+    workers: int | None = typer.Option(None, help="Data loader processes per rank."),
+    steps_per_epoch: int | None = typer.Option(None, help="Override batches per epoch."),
+    ckpt_every: int | None = typer.Option(None, help="Checkpoint every N steps."),
+    sync_bn: bool | None = typer.Option(None, "--sync-bn/--no-sync-bn", help="SyncBatchNorm across ranks."),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoints/last.pt."),
-    seed: Optional[int] = typer.Option(None, help="Seed for model init and data order."),
-    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda."),
+    seed: int | None = typer.Option(None, help="Seed for model init and data order."),
+    device: str | None = typer.Option(None, help="auto, cpu or cuda."),
 ) -> None:
     """Pre-train a video encoder with MoQuad (or the SimCLR baseline) from shards."""
     _need_dir(data, "data folder", "run `moquad preprocess` first and pass its --out folder")
@@ -206,7 +206,7 @@ def pretrain(
 @_friendly
 def plot(
     run: str = typer.Argument(..., help="A run folder of `moquad pretrain`."),
-    out: Optional[str] = typer.Option(None, help="PNG path (default RUN/curves.png)."),
+    out: str | None = typer.Option(None, help="PNG path (default RUN/curves.png)."),
 ) -> None:
     """Draw loss, learning rate and the Fig. 4 rank diagnostic of a run to a PNG."""
     _need_dir(run, "run folder", "pass the --out folder of `moquad pretrain`")
@@ -218,7 +218,7 @@ def plot(
 # ----------------------------------------------------------------------------- stage 3: evaluate
 
 
-def _eval_cfg(data: str, checkpoint: str, recipe: Optional[str], **flags: Any) -> C.EvalConfig:
+def _eval_cfg(data: str, checkpoint: str, recipe: str | None, **flags: Any) -> C.EvalConfig:
     _need_dir(data, "data folder", "run `moquad preprocess` first and pass its --out folder")
     _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain` (RUN/checkpoints/last.pt)")
     return C.resolve(C.EvalConfig(), recipe, dict(data=data, checkpoint=checkpoint, **flags))
@@ -235,21 +235,21 @@ def extract(
     data: str = _DATA,
     checkpoint: str = _CKPT,
     split: str = typer.Option("test", help="Split to extract."),
-    recipe: Optional[str] = _RECIPE,
-    num_clips: Optional[int] = typer.Option(None, help="Uniformly spaced clips per video (10)."),
-    frames: Optional[int] = typer.Option(None, help="Frames per clip (16)."),
-    dilation: Optional[int] = typer.Option(None, help="Frame step inside a clip (2)."),
-    size: Optional[int] = typer.Option(None, help="Crop size (112)."),
-    crops: Optional[int] = typer.Option(None, help="1 (centre) or 3 crops."),
-    batch_size: Optional[int] = typer.Option(None, help="Clips per forward pass."),
-    out: Optional[str] = typer.Option(None, help="Folder for the Lance feature cache."),
-    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda."),
+    recipe: str | None = _RECIPE,
+    num_clips: int | None = typer.Option(None, help="Uniformly spaced clips per video (10)."),
+    frames: int | None = typer.Option(None, help="Frames per clip (16)."),
+    dilation: int | None = typer.Option(None, help="Frame step inside a clip (2)."),
+    size: int | None = typer.Option(None, help="Crop size (112)."),
+    crops: int | None = typer.Option(None, help="1 (centre) or 3 crops."),
+    batch_size: int | None = typer.Option(None, help="Clips per forward pass."),
+    out: str | None = typer.Option(None, help="Folder for the Lance feature cache."),
+    device: str | None = typer.Option(None, help="auto, cpu or cuda."),
 ) -> None:
     """Extract per-video backbone features (multi-clip average) into a Lance dataset."""
-    from moquad.eval.features import extract as run_extract
-
     cfg = _eval_cfg(data, checkpoint, recipe, num_clips=num_clips, frames=frames, dilation=dilation, size=size,
                     crops=crops, batch_size=batch_size, out=out, device=device)
+    from moquad.eval.features import extract as run_extract
+
     typer.echo(f"features: {run_extract(cfg, split)}")
 
 
@@ -258,22 +258,22 @@ def extract(
 def retrieve(
     data: str = _DATA,
     checkpoint: str = _CKPT,
-    recipe: Optional[str] = _RECIPE,
-    json: Optional[str] = typer.Option(None, "--json", help="Also write the numbers to this JSON file."),
-    center: Optional[bool] = typer.Option(None, "--center/--no-center", help="Subtract the split mean, re-normalise."),
-    index: Optional[str] = typer.Option(None, help="exact (default) or lance (vector index, recall reported)."),
-    num_clips: Optional[int] = typer.Option(None, help="Clips per video (10)."),
-    frames: Optional[int] = typer.Option(None, help="Frames per clip (16)."),
-    dilation: Optional[int] = typer.Option(None, help="Frame step inside a clip (2)."),
-    size: Optional[int] = typer.Option(None, help="Crop size (112)."),
-    out: Optional[str] = typer.Option(None, help="Folder for features and results."),
-    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda."),
+    recipe: str | None = _RECIPE,
+    json: str | None = typer.Option(None, "--json", help="Also write the numbers to this JSON file."),
+    center: bool | None = typer.Option(None, "--center/--no-center", help="Subtract the split mean, re-normalise."),
+    index: str | None = typer.Option(None, help="exact (default) or lance (vector index, recall reported)."),
+    num_clips: int | None = typer.Option(None, help="Clips per video (10)."),
+    frames: int | None = typer.Option(None, help="Frames per clip (16)."),
+    dilation: int | None = typer.Option(None, help="Frame step inside a clip (2)."),
+    size: int | None = typer.Option(None, help="Crop size (112)."),
+    out: str | None = typer.Option(None, help="Folder for features and results."),
+    device: str | None = typer.Option(None, help="auto, cpu or cuda."),
 ) -> None:
     """Nearest-neighbour retrieval: test videos query the train split; top-1/5/10/20/50."""
-    from moquad.eval.retrieve import retrieve as run_retrieve
-
     cfg = _eval_cfg(data, checkpoint, recipe, center=center, index=index, num_clips=num_clips, frames=frames,
                     dilation=dilation, size=size, out=out, device=device)
+    from moquad.eval.retrieve import retrieve as run_retrieve
+
     run_retrieve(cfg, json_path=json)
 
 
@@ -282,18 +282,18 @@ def retrieve(
 def linear(
     data: str = _DATA,
     checkpoint: str = _CKPT,
-    recipe: Optional[str] = _RECIPE,
+    recipe: str | None = _RECIPE,
     fast: bool = typer.Option(True, "--fast/--full", help="Cached features (fast) or CVRL protocol on clips (full)."),
-    epochs: Optional[int] = typer.Option(None, help="Training epochs (100)."),
-    lr: Optional[float] = typer.Option(None, help="Learning rate."),
-    batch_size: Optional[int] = typer.Option(None, help="Batch size."),
-    out: Optional[str] = typer.Option(None, help="Folder for results."),
-    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda."),
+    epochs: int | None = typer.Option(None, help="Training epochs (100)."),
+    lr: float | None = typer.Option(None, help="Learning rate."),
+    batch_size: int | None = typer.Option(None, help="Batch size."),
+    out: str | None = typer.Option(None, help="Folder for results."),
+    device: str | None = typer.Option(None, help="auto, cpu or cuda."),
 ) -> None:
     """Linear probe on the frozen backbone (its weights and BN statistics are checked unchanged)."""
+    cfg = _eval_cfg(data, checkpoint, recipe, epochs=epochs, lr=lr, batch_size=batch_size, out=out, device=device)
     from moquad.eval.linear import linear as run_linear
 
-    cfg = _eval_cfg(data, checkpoint, recipe, epochs=epochs, lr=lr, batch_size=batch_size, out=out, device=device)
     run_linear(cfg, fast=fast)
 
 
@@ -302,23 +302,23 @@ def linear(
 def finetune(
     data: str = _DATA,
     checkpoint: str = _CKPT,
-    recipe: Optional[str] = _RECIPE,
-    epochs: Optional[int] = typer.Option(None, help="Training epochs (paper: 100)."),
-    lr: Optional[float] = typer.Option(None, help="Learning rate (paper: LARS 0.08)."),
-    batch_size: Optional[int] = typer.Option(None, help="Batch size (paper: 32)."),
-    frames: Optional[int] = typer.Option(None, help="Frames per clip (16)."),
-    dilation: Optional[int] = typer.Option(None, help="Frame step (2)."),
-    size: Optional[int] = typer.Option(None, help="Crop size."),
-    num_clips: Optional[int] = typer.Option(None, help="Test clips per video (10)."),
-    crops: Optional[int] = typer.Option(None, help="Test crops (3)."),
-    out: Optional[str] = typer.Option(None, help="Folder for results."),
-    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda."),
+    recipe: str | None = _RECIPE,
+    epochs: int | None = typer.Option(None, help="Training epochs (paper: 100)."),
+    lr: float | None = typer.Option(None, help="Learning rate (paper: LARS 0.08)."),
+    batch_size: int | None = typer.Option(None, help="Batch size (paper: 32)."),
+    frames: int | None = typer.Option(None, help="Frames per clip (16)."),
+    dilation: int | None = typer.Option(None, help="Frame step (2)."),
+    size: int | None = typer.Option(None, help="Crop size."),
+    num_clips: int | None = typer.Option(None, help="Test clips per video (10)."),
+    crops: int | None = typer.Option(None, help="Test crops (3)."),
+    out: str | None = typer.Option(None, help="Folder for results."),
+    device: str | None = typer.Option(None, help="auto, cpu or cuda."),
 ) -> None:
     """Fine-tune the whole network; 10-clip x 3-crop test, per-class table and confusion matrix."""
-    from moquad.eval.finetune import finetune as run_finetune
-
     cfg = _eval_cfg(data, checkpoint, recipe, epochs=epochs, lr=lr, batch_size=batch_size, frames=frames,
                     dilation=dilation, size=size, num_clips=num_clips, crops=crops, out=out, device=device)
+    from moquad.eval.finetune import finetune as run_finetune
+
     run_finetune(cfg)
 
 
@@ -329,17 +329,17 @@ def cam(
     checkpoint: str = _CKPT,
     data: str = typer.Option("", help="Shard folder (needed when VIDEO is a video_id)."),
     out: str = typer.Option("cam.png", help="PNG image strip to write."),
-    frames: Optional[int] = typer.Option(None, help="Frames shown (16)."),
-    size: Optional[int] = typer.Option(None, help="Input size (112)."),
-    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda."),
+    frames: int | None = typer.Option(None, help="Frames shown (16)."),
+    size: int | None = typer.Option(None, help="Input size (112)."),
+    device: str | None = typer.Option(None, help="auto, cpu or cuda."),
 ) -> None:
     """Class-activation maps over a video's frames, saved as an image strip (the paper's Fig. 5)."""
-    from moquad.eval.cam import cam as run_cam
-
     _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain`")
     if data:
         _need_dir(data, "data folder", "pass the --out folder of `moquad preprocess`")
     cfg = C.resolve(C.EvalConfig(), None, dict(data=data, checkpoint=checkpoint, frames=frames, size=size, device=device))
+    from moquad.eval.cam import cam as run_cam
+
     typer.echo(f"wrote {run_cam(video, cfg, out)}")
 
 

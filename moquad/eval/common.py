@@ -216,16 +216,19 @@ def protocol_table(title: str, result: dict[str, Any]) -> Table:
     return t
 
 
-def make_optimizer(params: list[nn.Parameter] | Any, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """``lars`` (moquad.train.lars when present, else SGD+momentum fallback), ``sgd`` or ``adamw``."""
+def make_optimizer(module: nn.Module, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """Optimizer over ``module``'s trainable parameters.
+
+    ``lars``: moquad.train.lars (SimCLR's LARS, no decay/adaptation on BN and bias) when
+    present, else SGD with momentum 0.9 as a fallback; ``sgd``; ``adamw``.
+    """
+    params = [p for p in module.parameters() if p.requires_grad]
     if name == "lars":
         try:
-            from moquad.train.lars import LARS
+            from moquad.train.lars import LARS, param_groups
         except ImportError:
-            LARS = None
-        if LARS is not None:
-            return LARS(params, lr=lr, weight_decay=weight_decay)
-        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
+            return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
+        return LARS(param_groups(module, weight_decay), lr=lr)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
     if name == "adamw":
@@ -233,6 +236,11 @@ def make_optimizer(params: list[nn.Parameter] | Any, name: str, lr: float, weigh
     raise ValueError(f"unknown optimizer {name!r}; choose lars, sgd or adamw")
 
 
-def cosine_lr(base: float, step: int, total: int) -> float:
-    """Half-period cosine decay from ``base`` to 0 over ``total`` steps."""
-    return 0.5 * base * (1.0 + np.cos(np.pi * min(step, total) / max(1, total)))
+def lr_per_step(base: float, total: int) -> list[float]:
+    """Half-period cosine from ``base`` to 0 over ``total`` steps, no warm-up; ``base`` is used as given
+    (the paper's fine-tuning lr 0.08 is for batch 32, not rescaled). moquad.train.schedule when present."""
+    try:
+        from moquad.train.schedule import lr_schedule
+    except ImportError:
+        return [0.5 * base * (1.0 + float(np.cos(np.pi * s / max(1, total)))) for s in range(total)]
+    return lr_schedule(base, 256, max(1, total), 0).tolist()
