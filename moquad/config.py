@@ -148,8 +148,23 @@ def update(cfg: T, values: dict[str, Any]) -> T:
     return dataclasses.replace(cfg, **changes)  # type: ignore[type-var]
 
 
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def load_recipe(path: str | Path) -> dict[str, Any]:
-    """Read a YAML recipe into a plain dict (``None`` values are kept)."""
+    """Read a YAML recipe into a plain dict.
+
+    ``base: other.yaml`` (relative to the recipe) is loaded first and overridden, so each
+    paper row is a few lines on top of a shared base. ``description`` and ``paper`` are
+    documentation only (the paper's reported numbers for that row).
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"recipe {path} not found; pass a YAML file such as train/ucf101_r3d18_moquad.yaml")
@@ -159,6 +174,9 @@ def load_recipe(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"recipe {path} must be a YAML mapping of settings")
     data.pop("description", None)
     data.pop("paper", None)
+    base = data.pop("base", None)
+    if base:
+        data = _deep_merge(load_recipe(path.parent / base), data)
     return data
 
 

@@ -77,11 +77,11 @@ def make_tiny_dataset(root: Path, per_split: dict[str, int] | None = None, frame
             for key, row, _ in videos:
                 m = members[f"{key}.jpgs"]
                 rows.append(dict(row, shard=rel, offset=members[f"{key}.json"].offset, jpgs_offset=m.offset_data))
-        table = pa.Table.from_pylist(rows).cast(pa.schema([
+        table = pa.Table.from_pylist(rows, schema=pa.schema([  # CONTRACTS.md column order
             ("video_id", pa.string()), ("split", pa.string()), ("label", pa.int32()), ("class_name", pa.string()),
-            ("source_path", pa.string()), ("num_frames", pa.int32()), ("fps", pa.float32()), ("width", pa.int32()),
+            ("source_path", pa.string()), ("shard", pa.string()), ("offset", pa.int64()), ("jpgs_offset", pa.int64()),
+            ("jpgs_size", pa.int64()), ("num_frames", pa.int32()), ("fps", pa.float32()), ("width", pa.int32()),
             ("height", pa.int32()), ("frame_offsets", pa.list_(pa.int64())), ("checksum", pa.string()),
-            ("jpgs_size", pa.int64()), ("shard", pa.string()), ("offset", pa.int64()), ("jpgs_offset", pa.int64()),
         ]))
         pq.write_table(table, root / "manifests" / f"{split}.parquet")
     info = {"schema_version": 1, "name": "tiny", "classes": CLASSES, "splits": per_split, "preprocess": {},

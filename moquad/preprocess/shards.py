@@ -9,27 +9,15 @@ under a final name and no video is written twice.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
-import re
 import tarfile
 from pathlib import Path
 from typing import Any
 
 from moquad.preprocess import manifest
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def sample_key(video_id: str) -> str:
-    """A tar/webdataset-safe key (no '.', '/', spaces); a short hash keeps rewritten ids unique."""
-    key = _UNSAFE.sub("_", video_id)
-    if key != video_id or not key:
-        key = f"{key}_{hashlib.sha1(video_id.encode('utf-8')).hexdigest()[:8]}"
-    return key
-
+from moquad.preprocess.manifest import sample_key
 
 def shard_name(split: str, part: int, index: int) -> str:
     return f"{split}-{part:03d}-{index:06d}.tar"

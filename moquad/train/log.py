@@ -27,12 +27,15 @@ def read_log(path: str | Path) -> list[dict[str, Any]]:
 
 
 class RunLogger:
-    """JSONL + TensorBoard writer; ``start_step`` > 0 truncates records at or after it."""
+    """JSONL + TensorBoard writer; ``start_step`` > 0 drops records of later steps (redone after resume).
+
+    A record's ``step`` is the number of optimizer steps done when it was written.
+    """
 
     def __init__(self, run_dir: str | Path, start_step: int = 0, tensorboard: bool = True):
         self.path = Path(run_dir) / "log.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        kept = [r for r in read_log(self.path) if r.get("step", -1) < start_step] if start_step else []
+        kept = [r for r in read_log(self.path) if r.get("step", -1) <= start_step] if start_step else []
         with open(self.path, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in kept)
         self._f = open(self.path, "a")
@@ -40,7 +43,7 @@ class RunLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(str(Path(run_dir) / "tb"), purge_step=start_step or None)
+            self._tb = SummaryWriter(str(Path(run_dir) / "tb"), purge_step=start_step + 1 if start_step else None)
 
     def log(self, step: int, values: dict[str, Any]) -> None:
         """Write one record; non-finite numbers become null in JSON and are skipped in TensorBoard."""

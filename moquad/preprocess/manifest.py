@@ -1,0 +1,248 @@
+"""Manifest schema (manifests/SCHEMA.md), atomic Parquet I/O, readers and ``verify``.
+
+Per-part progress lives in ``DIR/manifests/parts/``: one record per committed shard
+(``{split}-{part:03d}-{n:06d}.parquet``), error records (``errors-{part:03d}-{n:06d}.parquet``),
+the part's settings (``config-{part:03d}.json``) and, once a part finished, ``done-{part:03d}.json``.
+Merging concatenates the records into ``manifests/{split}.parquet`` and ``errors.parquet``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = 1
+
+MANIFEST_SCHEMA = pa.schema(
+    [
+        ("video_id", pa.string()),
+        ("split", pa.string()),
+        ("label", pa.int32()),
+        ("class_name", pa.string()),
+        ("source_path", pa.string()),
+        ("shard", pa.string()),
+        ("offset", pa.int64()),
+        ("jpgs_offset", pa.int64()),
+        ("jpgs_size", pa.int64()),
+        ("num_frames", pa.int32()),
+        ("fps", pa.float32()),
+        ("width", pa.int32()),
+        ("height", pa.int32()),
+        ("frame_offsets", pa.list_(pa.int64())),
+        ("checksum", pa.string()),
+    ]
+)
+ERRORS_SCHEMA = pa.schema(
+    [("source_path", pa.string()), ("video_id", pa.string()), ("split", pa.string()), ("reason", pa.string())]
+)
+# fields of a manifest row that only the shard writer knows (not in the sample's .json)
+WRITER_FIELDS = ("shard", "offset", "jpgs_offset")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def sample_key(video_id: str) -> str:
+    """A tar/webdataset-safe key (no '.', '/', spaces); a short hash keeps rewritten ids unique."""
+    key = _UNSAFE.sub("_", video_id)
+    if key != video_id or not key:
+        key = f"{key}_{hashlib.sha1(video_id.encode('utf-8')).hexdigest()[:8]}"
+    return key
+
+
+def write_table(table: pa.Table, path: str | Path) -> None:
+    """Write Parquet atomically (temp file + fsync + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_json(obj: Any, path: str | Path) -> None:
+    """Write JSON atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def parts_dir(data_dir: str | Path) -> Path:
+    return Path(data_dir) / "manifests" / "parts"
+
+
+def write_record(data_dir: str | Path, split: str, part: int, index: int, rows: list[dict[str, Any]]) -> None:
+    """Record the manifest rows of one committed shard (the commit point of that shard)."""
+    table = pa.Table.from_pylist(rows, schema=MANIFEST_SCHEMA)
+    write_table(table, parts_dir(data_dir) / f"{split}-{part:03d}-{index:06d}.parquet")
+
+
+def write_error_record(data_dir: str | Path, part: int, index: int, rows: list[dict[str, Any]]) -> None:
+    write_table(pa.Table.from_pylist(rows, schema=ERRORS_SCHEMA),
+                parts_dir(data_dir) / f"errors-{part:03d}-{index:06d}.parquet")
+
+
+def read_records(data_dir: str | Path, part: int | None = None) -> tuple[pa.Table, pa.Table]:
+    """All committed manifest rows and error rows (of one part, or of all parts)."""
+    pdir = parts_dir(data_dir)
+    pat = "*" if part is None else f"*-{part:03d}-*"
+    ok, bad = [], []
+    for f in sorted(pdir.glob(f"{pat}.parquet")) if pdir.is_dir() else []:
+        (bad if f.name.startswith("errors-") else ok).append(pq.read_table(f))
+    ok_t = pa.concat_tables(ok).cast(MANIFEST_SCHEMA) if ok else MANIFEST_SCHEMA.empty_table()
+    bad_t = pa.concat_tables(bad).cast(ERRORS_SCHEMA) if bad else ERRORS_SCHEMA.empty_table()
+    return ok_t, bad_t
+
+
+# ---------------------------------------------------------------- readers (public contract)
+
+
+def read_dataset_info(data_dir: str | Path) -> dict[str, Any]:
+    """``dataset.json`` of a preprocessed dataset (name, classes, split sizes, settings)."""
+    path = Path(data_dir) / "dataset.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found; run `moquad preprocess ... --out {data_dir}` first "
+                                "(or `--merge` when the parts ran separately)")
+    with open(path, encoding="utf-8") as f:
+        info = json.load(f)
+    if info.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{path} has schema version {info.get('schema_version')}, this moquad reads "
+                         f"{SCHEMA_VERSION}; re-run `moquad preprocess` with this version")
+    return info
+
+
+def read_manifest(data_dir: str | Path, split: str) -> pa.Table:
+    """The merged manifest of ``split`` (one row per video)."""
+    path = Path(data_dir) / "manifests" / f"{split}.parquet"
+    if not path.is_file():
+        have = sorted(p.stem for p in (Path(data_dir) / "manifests").glob("*.parquet") if p.stem != "errors")
+        raise FileNotFoundError(f"no manifest for split {split!r} in {data_dir}; available: {', '.join(have) or 'none'}")
+    return pq.read_table(path).cast(MANIFEST_SCHEMA)
+
+
+def read_errors(data_dir: str | Path) -> pa.Table:
+    path = Path(data_dir) / "manifests" / "errors.parquet"
+    return pq.read_table(path).cast(ERRORS_SCHEMA) if path.is_file() else ERRORS_SCHEMA.empty_table()
+
+
+def shard_paths(data_dir: str | Path, split: str) -> list[Path]:
+    """Sorted absolute paths of the shards that hold ``split`` (from its manifest)."""
+    table = read_manifest(data_dir, split)
+    return sorted({Path(data_dir) / s for s in table.column("shard").to_pylist()})
+
+
+# ---------------------------------------------------------------- verify
+
+
+def _check_sample(
+    problems: list[str], shard: str, row: dict[str, Any], json_m: tarfile.TarInfo | None,
+    jpgs_m: tarfile.TarInfo | None, f: Any,
+) -> None:
+    vid = row["video_id"]
+    where = f"{shard}: {vid}"
+    if json_m is None or jpgs_m is None:
+        problems.append(f"{where}: sample missing its {'.json' if json_m is None else '.jpgs'} member")
+        return
+    if row["offset"] != min(json_m.offset, jpgs_m.offset):
+        problems.append(f"{where}: offset {row['offset']} in manifest, {min(json_m.offset, jpgs_m.offset)} in shard")
+    if row["jpgs_offset"] != jpgs_m.offset_data:
+        problems.append(f"{where}: jpgs_offset {row['jpgs_offset']} in manifest, {jpgs_m.offset_data} in shard")
+    if row["jpgs_size"] != jpgs_m.size:
+        problems.append(f"{where}: jpgs_size {row['jpgs_size']} in manifest, {jpgs_m.size} in shard")
+    f.seek(json_m.offset_data)
+    try:
+        meta = json.loads(f.read(json_m.size).decode("utf-8"))
+        expect = {k: v for k, v in row.items() if k not in WRITER_FIELDS}
+        if meta.get("video_id") != vid or meta.get("checksum") != row["checksum"] or \
+                meta.get("frame_offsets") != row["frame_offsets"]:
+            problems.append(f"{where}: sample .json disagrees with the manifest row")
+        elif set(meta) != set(expect):
+            problems.append(f"{where}: sample .json fields {sorted(set(meta) ^ set(expect))} differ from the manifest")
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        problems.append(f"{where}: sample .json is not valid UTF-8 JSON")
+    f.seek(jpgs_m.offset_data)
+    payload = f.read(jpgs_m.size)
+    if hashlib.sha256(payload).hexdigest() != row["checksum"]:
+        problems.append(f"{where}: checksum mismatch (payload corrupted)")
+    fo = row["frame_offsets"]
+    if len(fo) != row["num_frames"] + 1 or row["num_frames"] < 1:
+        problems.append(f"{where}: {len(fo)} frame offsets for num_frames={row['num_frames']}")
+        return
+    if fo[0] != 0 or fo[-1] != len(payload) or any(b <= a for a, b in zip(fo, fo[1:])):
+        problems.append(f"{where}: frame_offsets are not increasing from 0 to jpgs_size")
+        return
+    for i in range(row["num_frames"]):
+        if payload[fo[i] : fo[i] + 2] != b"\xff\xd8" or payload[fo[i + 1] - 2 : fo[i + 1]] != b"\xff\xd9":
+            problems.append(f"{where}: frame {i} is not a complete JPEG at its byte range")
+            return
+
+
+def verify(data_dir: str | Path) -> list[str]:
+    """Re-read every shard and check it against the manifests; returns problems (empty = ok).
+
+    Checks offsets, sizes, sha256 checksums, frame index (count, bounds, JPEG markers),
+    sample JSON vs manifest row, duplicate ids, missing shards/samples and orphan shards/samples,
+    split sizes in dataset.json and leftover temp files.
+    """
+    data_dir = Path(data_dir)
+    problems: list[str] = []
+    try:
+        info = read_dataset_info(data_dir)
+    except (FileNotFoundError, ValueError) as e:
+        return [str(e)]
+    rows_by_shard: dict[str, dict[str, dict[str, Any]]] = {}
+    seen: set[str] = set()
+    for split, n in info.get("splits", {}).items():
+        try:
+            table = read_manifest(data_dir, split)
+        except FileNotFoundError as e:
+            problems.append(str(e))
+            continue
+        if table.num_rows != n:
+            problems.append(f"dataset.json says {n} {split} videos, manifests/{split}.parquet has {table.num_rows}")
+        for row in table.to_pylist():
+            if row["video_id"] in seen:
+                problems.append(f"video {row['video_id']} appears more than once in the manifests")
+            seen.add(row["video_id"])
+            if row["split"] != split:
+                problems.append(f"video {row['video_id']} in manifests/{split}.parquet has split {row['split']!r}")
+            rows_by_shard.setdefault(row["shard"], {})[sample_key(row["video_id"])] = row
+    on_disk = {f"shards/{p.name}" for p in (data_dir / "shards").glob("*.tar")}
+    for leftover in sorted((data_dir / "shards").glob("*.tmp")):
+        problems.append(f"leftover temp file shards/{leftover.name} (an interrupted run; re-run preprocess)")
+    for shard in sorted(set(rows_by_shard) - on_disk):
+        problems.append(f"missing shard {shard} ({len(rows_by_shard[shard])} videos in the manifest)")
+    for shard in sorted(on_disk - set(rows_by_shard)):
+        problems.append(f"orphan shard {shard} (not in any manifest)")
+    for shard in sorted(set(rows_by_shard) & on_disk):
+        rows = rows_by_shard[shard]
+        members: dict[str, dict[str, tarfile.TarInfo]] = {}
+        try:
+            with tarfile.open(data_dir / shard, "r:") as tar:
+                for m in tar:
+                    key, _, ext = m.name.partition(".")
+                    members.setdefault(key, {})[ext] = m
+        except (tarfile.TarError, OSError) as e:
+            problems.append(f"{shard}: unreadable tar ({e})")
+            continue
+        for key in sorted(set(members) - set(rows)):
+            problems.append(f"{shard}: orphan sample {key} (not in the manifest)")
+        with open(data_dir / shard, "rb") as f:
+            for key, row in rows.items():
+                if key not in members:
+                    problems.append(f"{shard}: missing sample {key} ({row['video_id']})")
+                    continue
+                _check_sample(problems, shard, row, members[key].get("json"), members[key].get("jpgs"), f)
+    return problems
