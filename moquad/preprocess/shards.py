@@ -19,6 +19,7 @@ from typing import Any
 from moquad.preprocess import manifest
 from moquad.preprocess.manifest import sample_key
 
+
 def shard_name(split: str, part: int, index: int) -> str:
     return f"{split}-{part:03d}-{index:06d}.tar"
 

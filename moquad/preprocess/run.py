@@ -1,0 +1,331 @@
+"""``moquad preprocess``: list a dataset, transcode every video, write shards and manifests.
+
+Flow: adapter listing -> seeded shuffle per split -> ``--limit`` -> this part's share
+(``videos[part::num_parts]``) -> skip what earlier runs of this part committed (resume) ->
+a process pool transcodes videos (ffmpeg runs in the workers) -> the main process writes shards
+in submission order -> per-part records -> ``merge`` writes the combined manifests and
+``dataset.json`` once every part is done (automatically when this run finishes the last part).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from moquad import __version__
+from moquad.config import PreprocessConfig, to_dict
+from moquad.preprocess import manifest
+from moquad.preprocess.datasets import Listing, Video, list_dataset
+from moquad.preprocess.shards import ShardWriter
+from moquad.preprocess.transcode import VideoError, transcode
+
+# settings that may differ between runs of the same output (machine-specific, not data-defining)
+_LOCAL_FIELDS = ("workers", "part", "out", "root")
+
+
+def _validate(cfg: PreprocessConfig) -> None:
+    if not cfg.out:
+        raise ValueError("no output folder; pass --out DIR")
+    if cfg.num_parts < 1 or not 0 <= cfg.part < cfg.num_parts:
+        raise ValueError(f"--part {cfg.part} is outside 0..{cfg.num_parts - 1} (--num-parts {cfg.num_parts})")
+    if cfg.short_side is not None and cfg.short_side != 0 and cfg.short_side < 2:
+        raise ValueError(f"--short-side {cfg.short_side} is too small; use e.g. 128 (or 0 to keep the size)")
+    if cfg.fps is not None and cfg.fps <= 0:
+        raise ValueError(f"--fps {cfg.fps} must be positive (omit it to keep the native rate)")
+    if cfg.shard_size < 1_000_000:
+        raise ValueError(f"--shard-size {cfg.shard_size} bytes is too small; use at least 1 MB (default 1 GB)")
+    if cfg.workers < 1:
+        raise ValueError("--workers must be at least 1")
+    if cfg.limit is not None and cfg.limit < 1:
+        raise ValueError("--limit must be at least 1 (omit it to process everything)")
+    if not 1 <= cfg.jpeg_quality <= 100:
+        raise ValueError(f"--jpeg-quality {cfg.jpeg_quality} out of range; use 1..100")
+
+
+def plan(listing: Listing, cfg: PreprocessConfig) -> dict[str, list[Video]]:
+    """This part's videos per split (found and missing), in processing order; deterministic."""
+    by_split: dict[str, list[Video]] = {}
+    for v in listing.videos + listing.missing:
+        by_split.setdefault(v.split, []).append(v)
+    out = {}
+    for split in sorted(by_split):
+        videos = sorted(by_split[split], key=lambda v: v.video_id)
+        random.Random(f"{cfg.seed}-{split}").shuffle(videos)  # no shard holds one class
+        if cfg.limit:
+            videos = videos[: cfg.limit]
+        out[split] = videos[cfg.part :: cfg.num_parts]
+    return out
+
+
+def _work(video: Video, short_side: int | None, fps: float | None, quality: int, encoder: str) -> tuple:
+    """Worker: transcode one video -> ("ok", row, jpgs) or ("error", reason)."""
+    try:
+        fr = transcode(video.path, short_side, fps, quality, encoder)  # type: ignore[arg-type]
+    except VideoError as e:
+        return ("error", str(e))
+    except Exception as e:  # noqa: BLE001 - a bad video never stops a run
+        return ("error", f"internal error: {type(e).__name__}: {e}")
+    row = {
+        "video_id": video.video_id, "split": video.split, "label": video.label, "class_name": video.class_name,
+        "source_path": str(video.path), "jpgs_size": len(fr.jpgs), "num_frames": fr.num_frames,
+        "fps": float(np.float32(fr.fps)), "width": fr.width, "height": fr.height,
+        "frame_offsets": fr.frame_offsets, "checksum": hashlib.sha256(fr.jpgs).hexdigest(),
+    }
+    return ("ok", row, fr.jpgs)
+
+
+def _settings(cfg: PreprocessConfig, encoder: str) -> dict[str, Any]:
+    d = {k: v for k, v in to_dict(cfg).items() if k not in _LOCAL_FIELDS}
+    d["encoder"] = encoder
+    return d
+
+
+def _prepare(out: Path, cfg: PreprocessConfig, listing: Listing, encoder: str) -> None:
+    """Create the folder, or check a previous run there used the same settings (resume)."""
+    pdir = manifest.parts_dir(out)
+    settings = _settings(cfg, encoder)
+    for f in sorted(pdir.glob("config-*.json")) if pdir.is_dir() else []:
+        old = json.loads(f.read_text())["settings"]
+        if old != settings:
+            diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+            raise ValueError(f"{out} holds a run with different settings ({', '.join(diff)}); "
+                             "re-run with the same settings to resume, or use a new --out")
+    manifest.write_json({"settings": settings, "name": listing.name, "classes": listing.classes,
+                         "config": to_dict(cfg)}, pdir / f"config-{cfg.part:03d}.json")
+    (out / "shards").mkdir(parents=True, exist_ok=True)
+
+
+def _resume_state(out: Path, part: int) -> tuple[set[str], dict[str, int], int]:
+    """Clean this part's uncommitted files; return done ids, next shard index per split, next error index."""
+    for tmp in (out / "shards").glob(f"*-{part:03d}-*.tmp"):
+        tmp.unlink()
+    pdir = manifest.parts_dir(out)
+    recorded = {f.stem for f in pdir.glob(f"*-{part:03d}-*.parquet")}
+    for shard in (out / "shards").glob(f"*-{part:03d}-*.tar"):
+        if shard.stem not in recorded:  # renamed but not recorded: redo its videos
+            shard.unlink()
+    ok, bad = manifest.read_records(out, part)
+    done = set(ok.column("video_id").to_pylist()) | set(bad.column("video_id").to_pylist())
+    next_shard: dict[str, int] = {}
+    next_err = 0
+    for stem in recorded:
+        split, _, idx = stem.rsplit("-", 2)
+        if split == "errors":
+            next_err = max(next_err, int(idx) + 1)
+        else:
+            next_shard[split] = max(next_shard.get(split, 0), int(idx) + 1)
+    return done, next_shard, next_err
+
+
+def _error_row(v: Video, reason: str) -> dict[str, Any]:
+    return {"source_path": str(v.path) if v.path else "", "video_id": v.video_id, "split": v.split, "reason": reason}
+
+
+def _progress(quiet: bool):
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]} videos/s"), TextColumn("ok {task.fields[ok]} failed {task.fields[failed]}"),
+        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), disable=quiet,
+    )
+
+
+def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = False) -> dict[str, Any]:
+    """Run (or resume) part ``cfg.part`` of a preprocessing job; returns the summary dict.
+
+    The summary covers this part (``"merged"`` holds the merged totals when this run finished the
+    last outstanding part). Bad videos become rows in errors.parquet; they never raise.
+    """
+    _validate(cfg)
+    t0 = time.perf_counter()
+    listing = list_dataset(cfg.dataset, cfg.root, cfg.split)
+    out = Path(cfg.out).expanduser()
+    _prepare(out, cfg, listing, encoder)
+    todo_by_split = plan(listing, cfg)
+    done, next_shard, err_index = _resume_state(out, cfg.part)
+    pending_errors: list[dict[str, Any]] = []
+    if cfg.part == 0:
+        pending_errors += [_error_row(v, "duplicate: video id listed more than once in the annotations")
+                           for v in listing.duplicates if v.video_id not in done]
+    work: list[Video] = []
+    for videos in todo_by_split.values():
+        for v in videos:
+            if v.video_id in done:
+                continue
+            if v.path is None:
+                pending_errors.append(_error_row(v, "missing: listed in the annotations but not found under ROOT"))
+            else:
+                work.append(v)
+    writers: dict[str, ShardWriter] = {}
+
+    def flush_errors() -> None:
+        nonlocal err_index, pending_errors
+        if pending_errors:
+            manifest.write_error_record(out, cfg.part, err_index, pending_errors)
+            err_index, pending_errors = err_index + 1, []
+
+    def writer(split: str) -> ShardWriter:
+        if split not in writers:
+            writers[split] = ShardWriter(out, split, cfg.part, next_shard.get(split, 0), cfg.shard_size)
+        return writers[split]
+
+    args = (cfg.short_side or None, cfg.fps, cfg.jpeg_quality, encoder)
+    pool = ProcessPoolExecutor(cfg.workers) if cfg.workers > 1 and len(work) > 1 else None
+    n_ok = n_failed = 0
+    try:
+        with _progress(quiet) as progress:
+            task = progress.add_task(f"{listing.name} part {cfg.part}/{cfg.num_parts}", total=len(work),
+                                     rate="-", ok=0, failed=0)
+            inflight: deque[Future | tuple] = deque()
+            it = iter(work)
+            start = time.perf_counter()
+
+            def submit() -> bool:
+                v = next(it, None)
+                if v is None:
+                    return False
+                inflight.append((v, pool.submit(_work, v, *args)) if pool else (v, None))
+                return True
+
+            for _ in range(cfg.workers * 4 if pool else 1):
+                submit()
+            while inflight:
+                v, fut = inflight.popleft()
+                result = fut.result() if fut is not None else _work(v, *args)
+                submit()
+                if result[0] == "ok":
+                    w = writer(v.split)
+                    before = w.index
+                    w.add(result[1], result[2])
+                    n_ok += 1
+                    if w.index != before:  # a shard committed: record the errors seen so far too
+                        flush_errors()
+                else:
+                    pending_errors.append(_error_row(v, result[1]))
+                    n_failed += 1
+                done_n = n_ok + n_failed
+                rate = done_n / max(time.perf_counter() - start, 1e-9)
+                progress.update(task, advance=1, rate=f"{rate:.1f}", ok=n_ok, failed=n_failed)
+        for w in writers.values():
+            w.commit()
+        flush_errors()
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    summary = _part_summary(out, cfg.part, listing, time.perf_counter() - t0)
+    manifest.write_json(summary, manifest.parts_dir(out) / f"done-{cfg.part:03d}.json")
+    if all((manifest.parts_dir(out) / f"done-{p:03d}.json").is_file() for p in range(cfg.num_parts)):
+        summary["merged"] = merge(out, quiet=True)
+    if not quiet:
+        print_summary(summary, title=f"{listing.name} -> {out}" + (f" (part {cfg.part}/{cfg.num_parts})"
+                                                                     if cfg.num_parts > 1 else ""))
+        if cfg.num_parts > 1 and "merged" not in summary:
+            from rich.console import Console
+
+            Console().print(f"part {cfg.part} done; run `moquad preprocess --merge --out {out}` once all "
+                            f"{cfg.num_parts} parts finished")
+    return summary
+
+
+def _count(ok: pa.Table, bad: pa.Table) -> dict[str, Any]:
+    splits: dict[str, dict[str, int]] = {}
+    for split, nf, size in zip(ok.column("split").to_pylist(), ok.column("num_frames").to_pylist(),
+                               ok.column("jpgs_size").to_pylist()):
+        s = splits.setdefault(split, {"ok": 0, "failed": 0, "missing": 0, "frames": 0, "bytes": 0})
+        s["ok"] += 1
+        s["frames"] += nf
+        s["bytes"] += size
+    for split, reason in zip(bad.column("split").to_pylist(), bad.column("reason").to_pylist()):
+        s = splits.setdefault(split, {"ok": 0, "failed": 0, "missing": 0, "frames": 0, "bytes": 0})
+        s["missing" if reason.startswith("missing") else "failed"] += 1
+    totals = {k: sum(s[k] for s in splits.values()) for k in ("ok", "failed", "missing", "frames", "bytes")}
+    return {"splits": dict(sorted(splits.items())), **totals}
+
+
+def _part_summary(out: Path, part: int, listing: Listing, wall: float) -> dict[str, Any]:
+    ok, bad = manifest.read_records(out, part)
+    shard_bytes = sum(p.stat().st_size for p in (out / "shards").glob(f"*-{part:03d}-*.tar"))
+    return {"out": str(out), "part": part, **_count(ok, bad), "shard_bytes": shard_bytes,
+            "wall_s": round(wall, 3), "splits_listed": sorted({v.split for v in listing.videos + listing.missing})}
+
+
+def merge(out_dir: str | Path, *, quiet: bool = False) -> dict[str, Any]:
+    """Combine every part's records into manifests/{split}.parquet, errors.parquet and dataset.json."""
+    out = Path(out_dir).expanduser()
+    pdir = manifest.parts_dir(out)
+    configs = sorted(pdir.glob("config-*.json")) if pdir.is_dir() else []
+    if not configs:
+        raise FileNotFoundError(f"{out} holds no preprocessing parts; run `moquad preprocess ... --out {out}` first")
+    meta = json.loads(configs[0].read_text())
+    num_parts = meta["settings"]["num_parts"]
+    missing = [p for p in range(num_parts) if not (pdir / f"done-{p:03d}.json").is_file()]
+    if missing:
+        raise ValueError(f"parts {', '.join(map(str, missing))} of {num_parts} have not finished; run them "
+                         f"(same settings, --part I) before merging")
+    ok, bad = manifest.read_records(out)
+    splits = set()
+    wall = 0.0
+    for p in range(num_parts):
+        done = json.loads((pdir / f"done-{p:03d}.json").read_text())
+        splits |= set(done.get("splits_listed", []))
+        wall = max(wall, done.get("wall_s", 0.0))
+    splits |= set(ok.column("split").to_pylist())
+    for split in sorted(splits):
+        rows = ok.filter(pc.equal(ok.column("split"), split))
+        rows = rows.sort_by([("shard", "ascending"), ("offset", "ascending")])
+        manifest.write_table(rows, out / "manifests" / f"{split}.parquet")
+    manifest.write_table(bad.sort_by([("split", "ascending"), ("video_id", "ascending")]),
+                         out / "manifests" / "errors.parquet")
+    counts = _count(ok, bad)
+    cfg_dict = dict(meta["config"])
+    cfg_dict.update({"part": 0, "encoder": meta["settings"]["encoder"]})
+    info = {"schema_version": manifest.SCHEMA_VERSION, "name": meta["name"], "classes": meta["classes"],
+            "splits": {s: counts["splits"].get(s, {}).get("ok", 0) for s in sorted(splits)},
+            "preprocess": cfg_dict, "moquad_version": __version__,
+            "counts": counts["splits"], "errors": counts["failed"], "missing": counts["missing"]}
+    manifest.write_json(info, out / "dataset.json")
+    shard_bytes = sum(p.stat().st_size for p in (out / "shards").glob("*.tar"))
+    summary = {"out": str(out), **counts, "shard_bytes": shard_bytes, "wall_s": wall, "parts": num_parts}
+    if not quiet:
+        print_summary(summary, title=f"merged {num_parts} part(s) -> {out}")
+    return summary
+
+
+def print_summary(summary: dict[str, Any], title: str = "") -> None:
+    """Rich table: per split ok / failed / missing, frames, bytes; totals and wall time."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title or None)
+    for col in ("split", "ok", "failed", "missing", "frames", "JPEG MB"):
+        table.add_column(col, justify="left" if col == "split" else "right")
+    for split, s in summary["splits"].items():
+        table.add_row(split, str(s["ok"]), str(s["failed"]), str(s["missing"]), str(s["frames"]),
+                      f"{s['bytes'] / 1e6:.1f}")
+    table.add_row("total", str(summary["ok"]), str(summary["failed"]), str(summary["missing"]),
+                  str(summary["frames"]), f"{summary['bytes'] / 1e6:.1f}", style="bold")
+    table.caption = f"shards {summary.get('shard_bytes', 0) / 1e6:.1f} MB, wall {summary.get('wall_s', 0):.1f} s"
+    Console().print(table)
+
