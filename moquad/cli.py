@@ -244,13 +244,14 @@ def extract(
     batch_size: int | None = typer.Option(None, help="Clips per forward pass."),
     out: str | None = typer.Option(None, help="Folder for the Lance feature cache."),
     device: str | None = typer.Option(None, help="auto, cpu or cuda."),
+    force: bool = typer.Option(False, "--force", help="Re-extract even when a matching cache exists."),
 ) -> None:
     """Extract per-video backbone features (multi-clip average) into a Lance dataset."""
     cfg = _eval_cfg(data, checkpoint, recipe, num_clips=num_clips, frames=frames, dilation=dilation, size=size,
                     crops=crops, batch_size=batch_size, out=out, device=device)
     from moquad.eval.features import extract as run_extract
 
-    typer.echo(f"features: {run_extract(cfg, split)}")
+    typer.echo(f"features: {run_extract(cfg, split, force=force)}")
 
 
 @app.command(epilog="Example: moquad retrieve --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --json retrieval.json")
@@ -284,6 +285,8 @@ def linear(
     checkpoint: str = _CKPT,
     recipe: str | None = _RECIPE,
     fast: bool = typer.Option(True, "--fast/--full", help="Cached features (fast) or CVRL protocol on clips (full)."),
+    frames: int = typer.Option(32, help="--full: frames per clip (CVRL: 32)."),
+    dilation: int = typer.Option(2, help="--full: frame step (CVRL: 2)."),
     epochs: int | None = typer.Option(None, help="Training epochs (100)."),
     lr: float | None = typer.Option(None, help="Learning rate."),
     batch_size: int | None = typer.Option(None, help="Batch size."),
@@ -294,7 +297,7 @@ def linear(
     cfg = _eval_cfg(data, checkpoint, recipe, epochs=epochs, lr=lr, batch_size=batch_size, out=out, device=device)
     from moquad.eval.linear import linear as run_linear
 
-    run_linear(cfg, fast=fast)
+    run_linear(cfg, fast=fast, frames=frames, dilation=dilation)
 
 
 @app.command(epilog="Example: moquad finetune --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --recipe eval/finetune_ucf101.yaml")
@@ -310,11 +313,13 @@ def finetune(
     dilation: int | None = typer.Option(None, help="Frame step (2)."),
     size: int | None = typer.Option(None, help="Crop size."),
     num_clips: int | None = typer.Option(None, help="Test clips per video (10)."),
-    crops: int | None = typer.Option(None, help="Test crops (3)."),
+    crops: int | None = typer.Option(None, help="Test crops (default 3, the paper's 10-clip x 3-crop test)."),
     out: str | None = typer.Option(None, help="Folder for results."),
     device: str | None = typer.Option(None, help="auto, cpu or cuda."),
 ) -> None:
     """Fine-tune the whole network; 10-clip x 3-crop test, per-class table and confusion matrix."""
+    if crops is None and recipe is None:
+        crops = 3  # the paper's 10-clip x 3-crop test
     cfg = _eval_cfg(data, checkpoint, recipe, epochs=epochs, lr=lr, batch_size=batch_size, frames=frames,
                     dilation=dilation, size=size, num_clips=num_clips, crops=crops, out=out, device=device)
     from moquad.eval.finetune import finetune as run_finetune
@@ -331,16 +336,19 @@ def cam(
     out: str = typer.Option("cam.png", help="PNG image strip to write."),
     frames: int | None = typer.Option(None, help="Frames shown (16)."),
     size: int | None = typer.Option(None, help="Input size (112)."),
+    method: str = typer.Option("auto", help="auto (fine-tuned classifier if found, else projection), classifier, projection or norm."),
+    eval_dir: str | None = typer.Option(None, help="Folder of `moquad finetune` results (to find its classifier)."),
     device: str | None = typer.Option(None, help="auto, cpu or cuda."),
 ) -> None:
     """Class-activation maps over a video's frames, saved as an image strip (the paper's Fig. 5)."""
     _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain`")
     if data:
         _need_dir(data, "data folder", "pass the --out folder of `moquad preprocess`")
-    cfg = C.resolve(C.EvalConfig(), None, dict(data=data, checkpoint=checkpoint, frames=frames, size=size, device=device))
+    cfg = C.resolve(C.EvalConfig(), None, dict(data=data, checkpoint=checkpoint, frames=frames, size=size, device=device,
+                                               out=eval_dir))
     from moquad.eval.cam import cam as run_cam
 
-    typer.echo(f"wrote {run_cam(video, cfg, out)}")
+    typer.echo(f"wrote {run_cam(video, cfg, out, method=method)}")
 
 
 # ----------------------------------------------------------------------------- everything

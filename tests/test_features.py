@@ -7,7 +7,6 @@ checkpoint without the preprocess / train stages; the other eval tests import th
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import socket
@@ -46,7 +45,11 @@ def _video(rng: np.random.Generator, label: int, frames: int, h: int, w: int) ->
 
 
 def make_tiny_dataset(root: Path, per_split: dict[str, int] | None = None, frames: int = 12, seed: int = 0) -> Path:
-    """Data folder in CONTRACTS.md format: shards (2 per split), Parquet manifests, dataset.json."""
+    """Data folder in CONTRACTS.md format: shards (2 per split), Parquet manifests, dataset.json.
+
+    Video i has ``frames - (i % 3) * 3`` frames (keep ``frames`` > 6)."""
+    if frames <= 6:
+        raise ValueError("frames must be > 6")
     per_split = per_split or {"train": 9, "test": 6}
     rng = np.random.default_rng(seed)
     (root / "shards").mkdir(parents=True)
@@ -108,7 +111,7 @@ def make_checkpoint(path: Path, seed: int = 0, backbone: str = "tiny") -> Path:
 
 
 def eval_cfg(data: Path, ckpt: Path, out: Path, **kw) -> EvalConfig:
-    base = dict(data=str(data), checkpoint=str(ckpt), out=str(out), num_clips=2, frames=4, dilation=2, size=32,
+    base = dict(data=str(data), checkpoint=str(ckpt), out=str(out) if out else None, num_clips=2, frames=4, dilation=2, size=32,
                 crops=1, batch_size=8, workers=0, ks=(1, 5), device="cpu", epochs=3)
     base.update(kw)
     return EvalConfig(**base)
@@ -192,14 +195,17 @@ def _free_port() -> int:
 
 
 def _worker(rank: int, world: int, port: int, cfg: EvalConfig, result: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    """A torchrun-like process: only env vars; ``extract`` initialises the gloo group itself."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         path = extract(cfg, "train")
+        assert dist.is_initialized() and dist.get_world_size() == world
         Path(f"{result}.{rank}").write_text(str(path))
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def test_one_and_two_ranks_give_the_same_features(tiny, tmp_path):
@@ -218,7 +224,8 @@ def test_compute_features_on_no_videos(tiny):
     from moquad.eval.common import load_checkpoint
 
     model, _ = load_checkpoint(ckpt)
-    idx, emb = compute_features(model.backbone, eval_cfg(data, ckpt, data), [], [])
+    table = pq.read_table(data / "manifests" / "test.parquet")
+    idx, emb = compute_features(model.backbone, eval_cfg(data, ckpt, data), table, [])
     assert idx == [] and emb.shape[0] == 0
 
 
@@ -230,3 +237,32 @@ def test_clear_errors(tiny, tmp_path):
         extract(eval_cfg(data, tmp_path / "nope.pt", tmp_path), "test")
     with pytest.raises(ValueError, match="crops"):
         extract(eval_cfg(data, ckpt, tmp_path, crops=2), "test")
+
+
+def test_extract_and_retrieve_on_preprocessed_synthetic_videos(synth_root, tmp_path):
+    """The real stage-1 output (synth -> preprocess) read by seeking; checked against a webdataset scan."""
+    from moquad.config import PreprocessConfig
+    from moquad.eval.retrieve import retrieve
+    from moquad.preprocess.run import preprocess
+
+    data = tmp_path / "shards"
+    preprocess(PreprocessConfig(dataset="ucf101", root=str(synth_root), out=str(data), short_side=32, workers=1),
+               quiet=True)
+    ckpt = make_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    cfg = eval_cfg(data, ckpt, tmp_path / "out", num_clips=1, ks=(1, 5))
+    res = retrieve(cfg)
+    man = pq.read_table(data / "manifests" / "test.parquet")
+    assert res["queries"] == man.num_rows and 0.0 <= res["top1"] <= res["top5"] <= 1.0
+    f = read_features(tmp_path / "out" / "features" / "test.lance")
+    row = man.slice(0, 1).to_pylist()[0]
+    sample = next(s for s in wds.WebDataset(str(data / row["shard"]), shardshuffle=False)
+                  if json.loads(s["json"])["video_id"] == row["video_id"])
+    fo = row["frame_offsets"]
+    clip = clip_indices(row["num_frames"], 4, 2, 1)[0]
+    frames = np.stack([simplejpeg.decode_jpeg(sample["jpgs"][fo[i] : fo[i + 1]]) for i in clip])
+    from moquad.eval.common import load_checkpoint, normalize
+
+    model, _ = load_checkpoint(ckpt)
+    with torch.no_grad():
+        ref = model.eval().backbone(normalize(spatial_crops(torch.from_numpy(frames), 32, 1), torch.device("cpu")))
+    np.testing.assert_allclose(f["embedding"][0], ref[0].numpy(), rtol=1e-4, atol=1e-5)

@@ -90,7 +90,7 @@ def test_retrieve_end_to_end_with_lance_index(tmp_path):
     res = retrieve(cfg)
     assert (tmp_path / "out" / "features" / "train.lance").is_dir()  # extracted first (no cache)
     assert res["queries"] == 4 and res["gallery"] == 9 and res["k_capped"] == [20]
-    assert res["exact"]["hit@20"] == 1.0 and res["lance"]["recall@20"] == 1.0  # whole gallery
+    assert res["top1"] == res["exact"]["hit@1"] and res["exact"]["hit@20"] == 1.0 and res["lance"]["recall@20"] == 1.0  # whole gallery
     from moquad.eval.features import read_features
 
     qf, gf = read_features(tmp_path / "out/features/test.lance"), read_features(tmp_path / "out/features/train.lance")

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 import torch.nn.functional as F
 
@@ -41,6 +43,8 @@ def clip_indices(num_frames: int, frames: int, dilation: int, num_clips: int) ->
 
 def random_clip_indices(num_frames: int, frames: int, dilation: int, rng: random.Random) -> np.ndarray:
     """One clip at a random start (training clips of linear / fine-tune) -> (frames,)."""
+    if num_frames < 1:
+        raise ValueError("a video with no frames has no clips; re-run `moquad preprocess` (it drops them)")
     span = (frames - 1) * dilation + 1
     start = rng.randint(0, max(0, num_frames - span))
     return np.minimum(start + np.arange(frames) * dilation, num_frames - 1)
@@ -83,6 +87,23 @@ def random_crop_flip(x: torch.Tensor, size: int, rng: random.Random) -> torch.Te
     if rng.random() < 0.5:
         y = y.flip(-1)
     return y.round_().clamp_(0, 255).to(torch.uint8)
+
+
+READ_COLUMNS = ["video_id", "label", "shard", "jpgs_offset", "frame_offsets", "num_frames"]
+
+
+def reading_table(table: pa.Table, labelled: bool = False) -> pa.Table:
+    """The manifest columns needed to read clips (kept as Arrow: cheap to share with loader workers,
+    unlike Python lists of frame offsets); ``labelled`` drops rows with label -1."""
+    t = table.select(READ_COLUMNS)
+    if labelled:
+        t = t.filter(pc.greater_equal(t.column("label"), 0))
+    return t
+
+
+def row_at(table: pa.Table, i: int) -> dict[str, Any]:
+    """Row ``i`` of a manifest table as a dict."""
+    return table.slice(i, 1).to_pylist()[0]
 
 
 def read_video_frames(data_dir: str | Path, row: dict[str, Any], indices: np.ndarray) -> torch.Tensor:

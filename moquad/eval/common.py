@@ -37,6 +37,21 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def dist_env() -> tuple[int, int]:
+    """(rank, world_size); initialises the process group from torchrun env vars (RANK, WORLD_SIZE,
+    MASTER_ADDR/PORT) when they ask for more than one process and no group exists yet."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend)
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 def normalize(x: torch.Tensor, device: torch.device) -> torch.Tensor:
     """uint8 clips (..., 3, T, H, W) -> float32 on ``device``, ``(x/255 - mean)/std``.
 
@@ -192,6 +207,8 @@ def _jsonable(v: Any) -> Any:
 def write_result(result: dict[str, Any], json_path: str | Path, tables: list[Table]) -> Path:
     """Write ``result`` as JSON and the same numbers as a text table beside it (``.txt``); print the tables."""
     json_path = Path(json_path)
+    if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+        return json_path  # one writer under torchrun: every rank computed the same numbers
     json_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = json_path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(_jsonable(result), indent=2) + "\n")
@@ -205,7 +222,7 @@ def write_result(result: dict[str, Any], json_path: str | Path, tables: list[Tab
 
 def protocol_table(title: str, result: dict[str, Any]) -> Table:
     """Small key/value table of the provenance block (checkpoint, data, protocol)."""
-    t = Table(title=title, show_header=False)
+    t = Table(title=title, show_header=False, min_width=len(title) + 4)
     t.add_column("key")
     t.add_column("value")
     t.add_row("checkpoint", f"{result['checkpoint']['path']} (sha256 {result['checkpoint']['sha256'][:12]})")
@@ -244,3 +261,62 @@ def lr_per_step(base: float, total: int) -> list[float]:
     except ImportError:
         return [0.5 * base * (1.0 + float(np.cos(np.pi * s / max(1, total)))) for s in range(total)]
     return lr_schedule(base, 256, max(1, total), 0).tolist()
+
+
+def snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Copy of every parameter AND buffer (BN running mean/var, num_batches_tracked)."""
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def check_unchanged(module: nn.Module, before: dict[str, torch.Tensor], what: str = "backbone") -> None:
+    """moco-style sanity check: raise if any weight or BN statistic differs from ``before``."""
+    now = module.state_dict()
+    changed = [k for k, v in before.items() if k not in now or not torch.equal(now[k].detach().cpu(), v.cpu())]
+    if changed or set(now) != set(before):
+        raise RuntimeError(f"the frozen {what} changed during evaluation ({', '.join(changed[:5])}...); "
+                           "the result is invalid: weights or BN statistics must stay as in the checkpoint")
+
+
+def accuracy_report(probs: np.ndarray, labels: np.ndarray, classes: list[str]) -> dict[str, Any]:
+    """top-1 / top-5 accuracy, per-class accuracy (sorted best first) and the confusion matrix."""
+    pred = probs.argmax(1)
+    n_cls = max(len(classes), probs.shape[1])
+    conf = np.zeros((n_cls, n_cls), dtype=np.int64)
+    np.add.at(conf, (labels, pred), 1)
+    k5 = min(5, probs.shape[1])
+    top5 = np.argsort(-probs, axis=1, kind="stable")[:, :k5]
+    per_class = []
+    for c in range(n_cls):
+        n = int(conf[c].sum())
+        if n:
+            per_class.append({"class": classes[c] if c < len(classes) else str(c), "label": c, "videos": n,
+                              "accuracy": float(conf[c, c] / n)})
+    per_class.sort(key=lambda r: (-r["accuracy"], r["label"]))
+    return {
+        "top1": float((pred == labels).mean()),
+        "top5": float((top5 == labels[:, None]).any(1).mean()),
+        "mean_class_accuracy": float(np.mean([r["accuracy"] for r in per_class])) if per_class else 0.0,
+        "videos": int(len(labels)),
+        "per_class": per_class,
+        "confusion": conf.tolist(),
+    }
+
+
+def accuracy_tables(title: str, report: dict[str, Any], max_rows: int = 40) -> list[Table]:
+    """Summary table and per-class table (best and worst classes, like the paper's SSv2 table)."""
+    s = Table(title=title, min_width=len(title) + 4)
+    for col in ("videos", "top-1 (%)", "top-5 (%)", "mean class acc (%)"):
+        s.add_column(col, justify="right")
+    s.add_row(str(report["videos"]), f"{100 * report['top1']:.2f}", f"{100 * report['top5']:.2f}",
+              f"{100 * report['mean_class_accuracy']:.2f}")
+    pc = Table(title="per-class accuracy (best first)")
+    for col, j in (("class", "left"), ("videos", "right"), ("accuracy (%)", "right")):
+        pc.add_column(col, justify=j)  # type: ignore[arg-type]
+    rows = report["per_class"]
+    shown = rows if len(rows) <= max_rows else rows[: max_rows // 2] + [None] + rows[-max_rows // 2 :]
+    for r in shown:
+        if r is None:
+            pc.add_row("...", "", "")
+        else:
+            pc.add_row(r["class"], str(r["videos"]), f"{100 * r['accuracy']:.2f}")
+    return [s, pc]

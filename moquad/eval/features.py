@@ -16,7 +16,7 @@ Distributed (torchrun env: RANK / WORLD_SIZE): rank r takes rows r, r+W, r+2W, .
 padding, no drop_last), features are gathered on every rank, rank 0 checks that every
 video was computed exactly once and writes the dataset. Each video is computed with the
 same batch composition (its own views) on any number of ranks, so the feature does not
-depend on the world size.
+depend on the world size. ``cfg.out`` must be on a filesystem every rank sees (rank 0 writes).
 """
 
 from __future__ import annotations
@@ -36,9 +36,11 @@ from rich.progress import Progress
 
 import moquad
 from moquad.config import EvalConfig
-from moquad.eval.clips import eval_clips
+from moquad.eval.clips import eval_clips, reading_table, row_at
 from moquad.eval.common import (
     check_inputs,
+    check_unchanged,
+    dist_env,
     load_checkpoint,
     manifest_checksum,
     normalize,
@@ -46,6 +48,7 @@ from moquad.eval.common import (
     read_split,
     resolve_device,
     sha256_file,
+    snapshot,
 )
 
 META_KEY = b"moquad"
@@ -101,25 +104,11 @@ def read_features(path: str | Path) -> dict[str, Any]:
     }
 
 
-def _dist_env() -> tuple[int, int]:
-    """(rank, world_size); initialises the process group from torchrun env vars when needed."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    if world > 1:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend)
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 class _Views(torch.utils.data.Dataset):
     """Map-style dataset: position -> (manifest index, uint8 views of that video)."""
 
-    def __init__(self, data_dir: str, rows: list[dict[str, Any]], indices: list[int], cfg: EvalConfig):
-        self.data_dir, self.rows, self.indices, self.cfg = data_dir, rows, indices, cfg
+    def __init__(self, data_dir: str, table: pa.Table, indices: list[int], cfg: EvalConfig):
+        self.data_dir, self.table, self.indices, self.cfg = data_dir, table, indices, cfg
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -127,18 +116,18 @@ class _Views(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> tuple[int, torch.Tensor]:
         j = self.indices[i]
         c = self.cfg
-        return j, eval_clips(self.data_dir, self.rows[j], c.frames, c.dilation, c.num_clips, c.size, c.crops)
+        return j, eval_clips(self.data_dir, row_at(self.table, j), c.frames, c.dilation, c.num_clips, c.size, c.crops)
 
 
 @torch.inference_mode()
 def compute_features(
-    backbone: torch.nn.Module, cfg: EvalConfig, rows: list[dict[str, Any]], indices: list[int], show: bool = False
+    backbone: torch.nn.Module, cfg: EvalConfig, table: pa.Table, indices: list[int], show: bool = False
 ) -> tuple[list[int], np.ndarray]:
-    """Features of the videos ``rows[indices]`` -> (indices, float32 (len, D))."""
+    """Features of the manifest rows ``indices`` of ``table`` -> (indices, float32 (len, D))."""
     device = resolve_device(cfg.device)
     backbone = backbone.to(device).eval()
     loader = torch.utils.data.DataLoader(
-        _Views(cfg.data, rows, indices, cfg), batch_size=None, shuffle=False, num_workers=cfg.workers
+        _Views(cfg.data, reading_table(table), indices, cfg), batch_size=None, shuffle=False, num_workers=cfg.workers
     )
     done: list[int] = []
     feats: list[np.ndarray] = []
@@ -197,11 +186,12 @@ def extract(cfg: EvalConfig, split: str, *, force: bool = False) -> Path:
     if old is not None and all(old.get(k) == meta[k] for k in keys):
         return path
 
-    rank, world = _dist_env()
+    rank, world = dist_env()
     model, _ = load_checkpoint(cfg.checkpoint)
-    rows = table.select(["shard", "jpgs_offset", "frame_offsets", "num_frames", "video_id"]).to_pylist()
     mine = list(range(rank, table.num_rows, world))
-    idx, emb = compute_features(model.backbone, cfg, rows, mine, show=rank == 0)
+    before = snapshot(model.backbone)
+    idx, emb = compute_features(model.backbone, cfg, table, mine, show=rank == 0)
+    check_unchanged(model.backbone, before)  # eval mode + inference: weights and BN stats untouched
 
     if world > 1:
         gathered: list[Any] = [None] * world

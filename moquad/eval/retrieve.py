@@ -44,9 +44,13 @@ def prepare(x: np.ndarray, center: bool) -> np.ndarray:
     return x / np.maximum(n, 1e-12)
 
 
-def nearest(q: np.ndarray, g: np.ndarray, k: int, chunk: int = 1024) -> np.ndarray:
-    """Indices (Q, k) of the k most similar gallery rows (inputs already prepared), ties as documented."""
+def nearest(q: np.ndarray, g: np.ndarray, k: int, chunk: int | None = None) -> np.ndarray:
+    """Indices (Q, k) of the k most similar gallery rows (inputs already prepared), ties as documented.
+
+    Queries go in chunks (default: ~64 M similarities, 512 MB, at a time), so K400-size galleries fit.
+    """
     k = min(k, len(g))
+    chunk = chunk or max(1, min(4096, (1 << 26) // max(1, len(g))))
     out = np.empty((len(q), k), dtype=np.int64)
     for s in range(0, len(q), chunk):
         sim = np.round(q[s : s + chunk] @ g.T, TIE_DECIMALS)
@@ -73,6 +77,8 @@ def topk_retrieval(
 ) -> dict[str, float]:
     """Top-k retrieval accuracy of queries ``q`` against gallery ``g`` -> {"hit@k": fraction}."""
     q_labels, g_labels = np.asarray(q_labels), np.asarray(g_labels)
+    if not ks or min(ks) < 1:
+        raise ValueError(f"ks must be positive integers, got {ks}")
     if len(q) != len(q_labels) or len(g) != len(g_labels):
         raise ValueError("features and labels must have the same number of rows")
     if len(q) == 0 or len(g) == 0:
@@ -115,10 +121,12 @@ def recall_at(approx: np.ndarray, exact: np.ndarray, ks: Sequence[int]) -> dict[
 def retrieve(cfg: EvalConfig, json_path: str | Path | None = None, *, query_split: str = "test",
              gallery_split: str = "train") -> dict[str, Any]:
     """Run the retrieval protocol (extracting features first when not cached); write JSON + table."""
+    if not cfg.ks or min(cfg.ks) < 1:
+        raise ValueError(f"ks must be positive integers, got {cfg.ks}")
     if cfg.index not in ("exact", "lance"):
         raise ValueError(f"index must be 'exact' or 'lance', got {cfg.index!r}")
-    qf = read_features(extract(cfg, query_split))
-    gf = read_features(extract(cfg, gallery_split))
+    q_path, g_path = extract(cfg, query_split), extract(cfg, gallery_split)
+    qf, gf = read_features(q_path), read_features(g_path)
     keep = qf["label"] >= 0
     q, ql = prepare(qf["embedding"][keep], cfg.center), qf["label"][keep]
     g, gl = prepare(gf["embedding"], cfg.center), gf["label"]
@@ -134,14 +142,18 @@ def retrieve(cfg: EvalConfig, json_path: str | Path | None = None, *, query_spli
         "center": "each split minus its own mean, then L2" if cfg.center else "none (L2 only)",
         "hit": "any of the k nearest has the query's class",
         "ties": f"similarity rounded to 1e-{TIE_DECIMALS}, equal ones ordered by gallery position",
-        "ks": list(cfg.ks), "index": cfg.index, "features": qf["metadata"]["protocol"],
+        "ks": list(cfg.ks), "index": cfg.index,
+        "features": {k: v for k, v in qf["metadata"]["protocol"].items() if k != "split"},
     }
+    result["features"] = {query_split: str(q_path), gallery_split: str(g_path)}
     result["queries"], result["gallery"] = int(len(q)), int(len(g))
     result["excluded_queries"] = int((~keep).sum())
     result["k_capped"] = [k for k in cfg.ks if k > len(g)]
     result["exact"] = hits_at(exact, ql, gl, cfg.ks)
-    table = Table(title=f"retrieval: {len(q)} {query_split} queries vs {len(g)} {gallery_split} videos"
-                  f"{' (centred)' if cfg.center else ''}")
+    result.update({f"top{k}": result["exact"][f"hit@{k}"] for k in cfg.ks})  # headline numbers (exact search)
+    title = (f"retrieval: {len(q)} {query_split} queries vs {len(g)} {gallery_split} videos"
+             f"{' (centred)' if cfg.center else ''}")
+    table = Table(title=title, min_width=len(title) + 4)
     table.add_column("k", justify="right")
     table.add_column("hit@k exact (%)", justify="right")
     if cfg.index == "lance":

@@ -1,0 +1,197 @@
+"""Class-activation maps over a video's frames, drawn as an image strip (the paper's Fig. 5).
+
+The clip: ``cfg.frames`` frames at ``cfg.dilation`` from the middle of the video, short side
+resized to ``cfg.size``, centre crop. The map is computed on the backbone's last feature
+map (the input of its global average pool, found as the last ``AdaptiveAvgPool3d``), then
+upsampled (trilinear) to the clip and min-max scaled to [0, 1] over the whole clip.
+
+Activation (``method``):
+
+- ``classifier`` -- CAM of Zhou et al. 2016: ``sum_c w[pred, c] * F[c, t, h, w]`` with the
+  weights of a fine-tuned classifier (``finetune_model.pt`` of ``moquad finetune``); used by
+  ``auto`` when that file exists in the output folder and was fine-tuned from this
+  checkpoint, or when ``classifier=`` names it.
+- ``projection`` -- for a self-supervised backbone without classifier: each location's
+  feature goes through the projection head and is compared (cosine) with the projection of
+  the pooled clip feature, i.e. where the clip's contrastive embedding "comes from". ``auto``
+  falls back to it.
+- ``norm`` -- the L2 norm of the feature at each location (a classifier-free saliency).
+
+One clip, so it runs on CPU whatever ``cfg.device`` says. A JSON with the source video,
+method, prediction, config and checkpoint hash is written beside the PNG.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from moquad.config import EvalConfig, to_dict
+from moquad.eval.clips import clip_indices, read_video_frames, spatial_crops
+from moquad.eval.common import load_checkpoint, manifest_checksum, normalize, out_dir, read_split, sha256_file
+
+METHODS = ("auto", "classifier", "projection", "norm")
+
+
+def _decode_file(path: Path, short_side: int) -> np.ndarray:
+    """All frames of a raw video (PyAV), each resized so its short side is ``short_side`` -> (T, H, W, 3)."""
+    import av
+    from PIL import Image
+
+    frames = []
+    with av.open(str(path), metadata_errors="replace") as container:
+        for frame in container.decode(video=0):  # decode order; never re-sorted by pts
+            img = frame.to_image()
+            scale = short_side / min(img.size)
+            if scale < 1:
+                img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.BILINEAR)
+            frames.append(np.asarray(img.convert("RGB")))
+    if not frames:
+        raise ValueError(f"{path} has no decodable video frames")
+    return np.stack(frames)
+
+
+def _find_video(cfg: EvalConfig, video_id: str) -> tuple[dict[str, Any], str]:
+    manifests = sorted(p.stem for p in (Path(cfg.data) / "manifests").glob("*.parquet") if p.stem != "errors")
+    for split in manifests:
+        t = read_split(cfg.data, split)
+        ids = t.column("video_id").to_pylist()
+        if video_id in ids:
+            return t.slice(ids.index(video_id), 1).to_pylist()[0], manifest_checksum(t)
+    raise FileNotFoundError(f"{video_id!r} is neither a video file nor a video_id in {cfg.data} "
+                            f"(searched manifests: {', '.join(manifests) or 'none'})")
+
+
+def load_clip(video: str, cfg: EvalConfig) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The middle clip of ``video`` (file path or video_id in ``cfg.data``) -> uint8 (3, T, S, S), source info."""
+    path = Path(video)
+    if path.is_file():
+        frames = _decode_file(path, cfg.size)
+        idx = clip_indices(len(frames), cfg.frames, cfg.dilation, 1)[0]
+        clip = torch.from_numpy(frames[idx])
+        info = {"video": str(path.resolve()), "sha256": sha256_file(path), "num_frames": len(frames)}
+    else:
+        if not cfg.data:
+            raise FileNotFoundError(f"video file {video} not found (pass --data DIR to look it up as a video_id)")
+        row, checksum = _find_video(cfg, video)
+        idx = clip_indices(int(row["num_frames"]), cfg.frames, cfg.dilation, 1)[0]
+        clip = read_video_frames(cfg.data, row, idx)
+        info = {"video_id": video, "split": row["split"], "class_name": row["class_name"],
+                "data": str(Path(cfg.data).resolve()), "manifest_checksum": checksum, "num_frames": row["num_frames"]}
+    info["frame_indices"] = idx.tolist()
+    return spatial_crops(clip, cfg.size, 1)[0], info
+
+
+def _pool_input(backbone: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Run the backbone and return the feature map entering its last global pool (1, C, t, h, w)."""
+    pools = [m for m in backbone.modules() if isinstance(m, nn.AdaptiveAvgPool3d)]
+    if not pools:
+        raise ValueError(f"{type(backbone).__name__} has no AdaptiveAvgPool3d; CAM needs the pre-pool feature map")
+    seen: list[torch.Tensor] = []
+    handle = pools[-1].register_forward_pre_hook(lambda _m, inp: seen.append(inp[0]))
+    try:
+        backbone(x)
+    finally:
+        handle.remove()
+    return seen[-1]
+
+
+def activation(fmap: torch.Tensor, method: str, head: nn.Module | None = None,
+               fc: nn.Linear | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+    """(1, C, t, h, w) feature map -> (t, h, w) activation for ``method``; extra info (prediction)."""
+    f = fmap[0]
+    c = f.shape[0]
+    info: dict[str, Any] = {}
+    if method == "classifier":
+        if fc is None:
+            raise ValueError("method 'classifier' needs a fine-tuned classifier (run `moquad finetune` first)")
+        probs = fc(f.mean((1, 2, 3))).softmax(0)
+        pred = int(probs.argmax())
+        info.update(pred=pred, prob=probs[pred].item())
+        return torch.einsum("c,cthw->thw", fc.weight[pred], f), info
+    if method == "projection":
+        if head is None:
+            raise ValueError("method 'projection' needs the checkpoint's projection head")
+        local = f.reshape(c, -1).T  # (t*h*w, C)
+        z = F.normalize(head(local), dim=1)
+        zc = F.normalize(head(f.mean((1, 2, 3))[None]), dim=1)
+        return (z @ zc.T).reshape(f.shape[1:]), info
+    if method == "norm":
+        return f.norm(dim=0), info
+    raise ValueError(f"unknown CAM method {method!r}; choose one of {', '.join(METHODS)}")
+
+
+def _strip(clip: torch.Tensor, amap: np.ndarray, path: Path, title: str, shown: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = clip.shape[1]
+    cols = np.unique(np.round(np.linspace(0, t - 1, min(shown, t))).astype(int))
+    frames = clip.permute(1, 2, 3, 0).numpy()  # (T, H, W, 3)
+    fig, axes = plt.subplots(2, len(cols), figsize=(1.6 * len(cols), 3.6), squeeze=False)
+    for j, i in enumerate(cols):
+        axes[0, j].imshow(frames[i])
+        axes[1, j].imshow(frames[i])
+        axes[1, j].imshow(amap[i], cmap="jet", alpha=0.5, vmin=0, vmax=1)
+        axes[0, j].set_title(f"t={i}", fontsize=8)
+        for a in axes[:, j]:
+            a.axis("off")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+@torch.no_grad()
+def cam(video: str, cfg: EvalConfig, out: str | Path, *, method: str = "auto", classifier: str | None = None,
+        shown: int = 8) -> Path:
+    """Draw the activation strip of ``video`` -> PNG path (a JSON with the provenance sits beside it)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown CAM method {method!r}; choose one of {', '.join(METHODS)}")
+    if not cfg.checkpoint or not Path(cfg.checkpoint).is_file():
+        raise FileNotFoundError(f"checkpoint {cfg.checkpoint!r} not found; pass --checkpoint RUN/checkpoints/last.pt")
+    clip, info = load_clip(video, cfg)
+    model, _ = load_checkpoint(cfg.checkpoint)
+    ckpt_sha = sha256_file(cfg.checkpoint)
+    fc, classes = None, None
+    cls_path = Path(classifier) if classifier else out_dir(cfg) / "finetune_model.pt"
+    if method in ("auto", "classifier") and cls_path.is_file():
+        from moquad.eval.finetune import load_classifier
+
+        net, saved = load_classifier(cls_path)
+        if classifier or saved.get("source_sha256") == ckpt_sha:
+            model.backbone, fc, classes = net.backbone, net.fc, saved["classes"]
+    if method == "auto":
+        method = "classifier" if fc is not None else "projection"
+    model.eval()
+    fmap = _pool_input(model.backbone, normalize(clip[None], torch.device("cpu")))
+    amap, extra = activation(fmap, method, head=model.head, fc=fc)
+    amap = F.interpolate(amap[None, None], size=clip.shape[1:], mode="trilinear", align_corners=False)[0, 0]
+    amap = (amap - amap.min()) / (amap.max() - amap.min()).clamp_min(1e-12)
+    if "pred" in extra and classes:
+        extra["pred_class"] = classes[extra["pred"]] if extra["pred"] < len(classes) else str(extra["pred"])
+
+    out = Path(out)
+    if out.suffix.lower() != ".png":
+        name = re.sub(r"[^A-Za-z0-9_-]+", "_", info.get("video_id") or Path(info["video"]).stem)
+        out = out / f"cam_{name}.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    title = f"{info.get('video_id') or Path(info['video']).name} | {method}"
+    if "pred_class" in extra:
+        title += f" | pred {extra['pred_class']} ({100 * extra['prob']:.0f}%)"
+    _strip(clip, amap.numpy(), out, title, shown)
+    record = {"task": "cam", "method": method, "source": info, **extra,
+              "classifier": str(cls_path) if fc is not None else None, "config": to_dict(cfg),
+              "checkpoint": {"path": str(Path(cfg.checkpoint).resolve()), "sha256": ckpt_sha},
+              "clip": f"{cfg.frames} frames, dilation {cfg.dilation}, middle of the video, centre crop {cfg.size}"}
+    out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    return out

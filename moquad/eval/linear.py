@@ -1,0 +1,207 @@
+"""Linear evaluation on a frozen backbone.
+
+Two variants, both recorded in the result:
+
+- ``fast=True``: multinomial logistic regression on the cached video features of
+  :func:`moquad.eval.features.extract` (mean over test-time clips), standardised with the
+  train mean/std, L2 penalty ``weight_decay``, fitted to convergence with full-batch L-BFGS
+  (deterministic: a convex problem started from zero). Minutes on CPU for UCF101.
+- ``fast=False``: the CVRL protocol: clips of ``frames=32`` frames at ``dilation=2``, a
+  random clip per video per epoch with random crop + flip, the backbone frozen in eval
+  mode (no gradient, BN uses and keeps its running statistics), a linear layer trained for
+  ``cfg.epochs`` epochs with ``cfg.optimizer`` at ``cfg.lr`` and a half-period cosine;
+  test = ``cfg.num_clips`` x ``cfg.crops`` views per video, softmax averaged per video.
+
+Either way the backbone is snapshotted (weights and BN buffers) before and compared
+bit-for-bit afterwards; any difference raises (the moco ``sanity_check``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+from rich.progress import Progress
+from torch import nn
+
+from moquad.config import EvalConfig
+from moquad.eval.clips import eval_clips, reading_table, row_at, train_clip
+from moquad.eval.common import (
+    accuracy_report,
+    accuracy_tables,
+    check_inputs,
+    check_unchanged,
+    dataset_classes,
+    load_checkpoint,
+    lr_per_step,
+    make_optimizer,
+    normalize,
+    out_dir,
+    protocol_table,
+    provenance,
+    read_split,
+    resolve_device,
+    snapshot,
+    write_result,
+)
+from moquad.eval.features import extract, read_features
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, num_classes: int, weight_decay: float = 1e-4,
+                 max_iter: int = 500, device: torch.device | str = "cpu") -> nn.Linear:
+    """Multinomial logistic regression (float64, L-BFGS, zero init) -> fitted ``nn.Linear`` (on CPU)."""
+    xt = torch.as_tensor(x, dtype=torch.float64, device=device)
+    yt = torch.as_tensor(y, dtype=torch.long, device=device)
+    clf = nn.Linear(x.shape[1], num_classes).double().to(device)
+    nn.init.zeros_(clf.weight)
+    nn.init.zeros_(clf.bias)
+    opt = torch.optim.LBFGS(clf.parameters(), lr=1.0, max_iter=max_iter, tolerance_grad=1e-9,
+                            tolerance_change=1e-12, history_size=20, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(clf(xt), yt) + 0.5 * weight_decay * clf.weight.pow(2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return clf.cpu()
+
+
+def _fast(cfg: EvalConfig, classes: list[str], weight_decay: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    tr = read_features(extract(cfg, "train"))
+    te = read_features(extract(cfg, "test"))
+    keep_tr, keep_te = tr["label"] >= 0, te["label"] >= 0
+    xtr, ytr = tr["embedding"][keep_tr].astype(np.float64), tr["label"][keep_tr]
+    mean, std = xtr.mean(0), xtr.std(0) + 1e-6
+    n_cls = max(len(classes), int(ytr.max()) + 1)
+    clf = fit_logistic((xtr - mean) / std, ytr, n_cls, weight_decay, device=resolve_device(cfg.device))
+    with torch.no_grad():
+        logits = clf(torch.as_tensor((te["embedding"][keep_te] - mean) / std, dtype=torch.float64))
+    probs = logits.softmax(1).numpy()
+    proto = {"variant": "fast: logistic regression on cached features", "features": {k: v for k, v in tr["metadata"]["protocol"].items() if k != "split"},
+             "standardise": "train mean/std", "solver": "L-BFGS float64, zero init", "weight_decay": weight_decay,
+             "backbone_check": "weights and BN buffers compared bit-for-bit after extraction"}
+    return accuracy_report(probs, te["label"][keep_te], classes), proto
+
+
+class TrainClips(torch.utils.data.Dataset):
+    """One random augmented clip per video; the randomness is a function of (seed, epoch, index)."""
+
+    def __init__(self, data: str, table: pa.Table, frames: int, dilation: int, size: int, seed: int):
+        self.data, self.table, self.frames, self.dilation, self.size, self.seed = data, table, frames, dilation, size, seed
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        rng = random.Random(f"{self.seed}-{self.epoch}-{i}")
+        row = row_at(self.table, i)
+        return train_clip(self.data, row, self.frames, self.dilation, self.size, rng), int(row["label"])
+
+
+class _TestViews(torch.utils.data.Dataset):
+    """All deterministic test views of each video (see moquad.eval.clips)."""
+
+    def __init__(self, cfg: EvalConfig, table: pa.Table):
+        self.cfg, self.table = cfg, table
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        c = self.cfg
+        return eval_clips(c.data, row_at(self.table, i), c.frames, c.dilation, c.num_clips, c.size, c.crops)
+
+
+@torch.no_grad()
+def predict_views(net: nn.Module, cfg: EvalConfig, table: pa.Table, device: torch.device,
+                  show: bool = True) -> np.ndarray:
+    """Softmax averaged over every test view of each video of ``table`` -> (videos, classes)."""
+    net.eval()
+    loader = torch.utils.data.DataLoader(_TestViews(cfg, table), batch_size=None, num_workers=cfg.workers)
+    out = []
+    with Progress(disable=not show, transient=True) as progress:
+        task = progress.add_task("testing", total=table.num_rows)
+        for views in loader:
+            p = [net(normalize(views[s : s + cfg.batch_size], device)).float().softmax(1)
+                 for s in range(0, len(views), cfg.batch_size)]
+            out.append(torch.cat(p).mean(0).cpu().numpy())
+            progress.advance(task)
+    return np.stack(out)
+
+
+def _cvrl(cfg: EvalConfig, classes: list[str], frames: int, dilation: int,
+          weight_decay: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    device = resolve_device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    model, _ = load_checkpoint(cfg.checkpoint)
+    backbone = model.backbone.to(device).eval()
+    for p in backbone.parameters():
+        p.requires_grad_(False)
+    before = snapshot(backbone)
+    train_rows = reading_table(read_split(cfg.data, "train"), labelled=True)
+    test_rows = reading_table(read_split(cfg.data, "test"), labelled=True)
+    if not train_rows.num_rows or not test_rows.num_rows:
+        raise ValueError("the linear probe needs labelled videos in both the train and the test split")
+    n_cls = max(len(classes), pc.max(train_rows.column("label")).as_py() + 1)
+    clf = nn.Linear(model.feat_dim, n_cls).to(device)
+    opt = make_optimizer(clf, cfg.optimizer, cfg.lr, weight_decay)
+    ds = TrainClips(cfg.data, train_rows, frames, dilation, cfg.size, cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    loader = torch.utils.data.DataLoader(ds, batch_size=cfg.batch_size, shuffle=True, generator=gen,
+                                         num_workers=cfg.workers, drop_last=len(ds) > cfg.batch_size)
+    lrs = lr_per_step(cfg.lr, cfg.epochs * len(loader))
+    step = 0
+    with Progress(transient=True) as progress:
+        task = progress.add_task("linear probe", total=len(lrs))
+        for epoch in range(cfg.epochs):
+            ds.epoch = epoch
+            for clips, labels in loader:
+                with torch.no_grad():
+                    feats = backbone(normalize(clips, device)).float()
+                for g in opt.param_groups:
+                    g["lr"] = lrs[step]
+                loss = nn.functional.cross_entropy(clf(feats), labels.to(device))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                step += 1
+                progress.advance(task)
+    test_cfg = dataclasses.replace(cfg, frames=frames, dilation=dilation)
+    probs = predict_views(nn.Sequential(backbone, clf), test_cfg, test_rows, device)
+    check_unchanged(backbone, before)
+    labels = test_rows.column("label").to_numpy().astype(np.int64)
+    proto = {"variant": "cvrl: linear layer on the frozen backbone", "train_clip": f"{frames} frames, dilation {dilation}, "
+             "random start, short side size*8/7, random crop + flip", "backbone": "eval mode, no grad",
+             "test": f"{cfg.num_clips} clips x {cfg.crops} crops, softmax averaged", "epochs": cfg.epochs,
+             "batch_size": cfg.batch_size, "optimizer": cfg.optimizer, "lr": cfg.lr, "schedule": "half-period cosine",
+             "weight_decay": weight_decay, "backbone_check": "weights and BN buffers compared bit-for-bit: unchanged"}
+    return accuracy_report(probs, labels, classes), proto
+
+
+def linear(cfg: EvalConfig, fast: bool = True, *, frames: int = 32, dilation: int = 2,
+           weight_decay: float | None = None, json_path: str | Path | None = None) -> dict[str, Any]:
+    """Linear probe (``fast`` on cached features, else the CVRL protocol); writes JSON + tables."""
+    check_inputs(cfg)
+    train_t, test_t = read_split(cfg.data, "train"), read_split(cfg.data, "test")
+    classes = dataset_classes(cfg.data, train_t)
+    if fast:
+        report, proto = _fast(cfg, classes, 1e-4 if weight_decay is None else weight_decay)
+    else:
+        report, proto = _cvrl(cfg, classes, frames, dilation, 0.0 if weight_decay is None else weight_decay)
+    result = provenance(cfg, {"train": train_t, "test": test_t})
+    result.update(task="linear", protocol=proto, **report)
+    name = "linear_fast" if fast else "linear_cvrl"
+    json_path = Path(json_path) if json_path else out_dir(cfg) / f"{name}.json"
+    write_result(result, json_path, [*accuracy_tables(f"linear probe ({name})", report),
+                                     protocol_table("protocol", result)])
+    result["json"] = str(json_path)
+    return result

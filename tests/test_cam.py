@@ -1,0 +1,90 @@
+"""CAM: the activation maths against the CAM identity, strips from a video_id and from a raw file."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from moquad.eval.cam import _pool_input, activation, cam
+
+
+def test_classifier_cam_identity_and_projection():
+    torch.manual_seed(0)
+    fmap = torch.randn(1, 6, 2, 3, 3)
+    fc = nn.Linear(6, 4)
+    amap, info = activation(fmap, "classifier", fc=fc)
+    logits = fc(fmap[0].mean((1, 2, 3)))
+    assert info["pred"] == int(logits.argmax())
+    # Zhou et al.: the class score equals the spatial-temporal mean of its CAM plus the bias
+    torch.testing.assert_close(amap.mean() + fc.bias[info["pred"]], logits[info["pred"]])
+    ref = sum(fc.weight[info["pred"], c] * fmap[0, c] for c in range(6))
+    torch.testing.assert_close(amap, ref)
+    norm, _ = activation(fmap, "norm")
+    torch.testing.assert_close(norm[1, 2, 0], fmap[0, :, 1, 2, 0].norm())
+    head = nn.Linear(6, 3)
+    proj, _ = activation(fmap, "projection", head=head)
+    z = nn.functional.normalize(head(fmap[0, :, 0, 1, 1]), dim=0)
+    zc = nn.functional.normalize(head(fmap[0].mean((1, 2, 3))), dim=0)
+    torch.testing.assert_close(proj[0, 1, 1], z @ zc)
+    with pytest.raises(ValueError, match="finetune"):
+        activation(fmap, "classifier")
+
+
+def test_pool_input_is_the_pre_pool_map():
+    from moquad.models import build_model
+
+    bb = build_model("tiny", 16, 32).backbone.eval()
+    x = torch.randn(1, 3, 4, 32, 32)
+    fmap = _pool_input(bb, x)
+    torch.testing.assert_close(fmap.mean((2, 3, 4)), bb(x))
+
+
+def test_cam_strip_from_video_id_and_finetuned_classifier(tmp_path):
+    from test_features import eval_cfg, make_checkpoint, make_tiny_dataset
+
+    from moquad.models import build_model
+
+    data = make_tiny_dataset(tmp_path / "data", {"train": 3, "test": 2}, frames=8)
+    ckpt = make_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    cfg = eval_cfg(data, ckpt, tmp_path / "out")
+    png = cam("test/v_Red_00.avi", cfg, str(tmp_path / "strips"))
+    assert png.name == "cam_test_v_Red_00_avi.png" and png.read_bytes()[:4] == b"\x89PNG"
+    meta = json.loads(png.with_suffix(".json").read_text())
+    assert meta["method"] == "projection" and meta["source"]["class_name"] == "Red"
+    assert len(meta["source"]["frame_indices"]) == 4 and len(meta["checkpoint"]["sha256"]) == 64
+
+    # a fine-tuned classifier from this checkpoint in the output folder is picked up by "auto"
+    from moquad.eval.common import sha256_file
+
+    bb = build_model("tiny", 16, 32).backbone
+    fc = nn.Linear(64, 3)
+    (tmp_path / "out").mkdir(exist_ok=True)
+    torch.save({"backbone": bb.state_dict(), "classifier": fc.state_dict(), "classes": ["Red", "Green", "Blue"],
+                "config": {"backbone": "tiny", "proj_dim": 16, "proj_hidden": 32},
+                "source_sha256": sha256_file(ckpt)}, tmp_path / "out" / "finetune_model.pt")
+    png2 = cam("train/v_Green_01.avi", cfg, str(tmp_path / "x.png"))
+    meta2 = json.loads(png2.with_suffix(".json").read_text())
+    assert png2 == tmp_path / "x.png" and meta2["method"] == "classifier"
+    assert meta2["pred_class"] in ("Red", "Green", "Blue") and 0 < meta2["prob"] <= 1
+    with pytest.raises(FileNotFoundError, match="neither a video file"):
+        cam("no/such/video", cfg, str(tmp_path))
+
+
+def test_cam_from_raw_video_file(real_videos_dir, tmp_path):
+    from test_features import make_checkpoint
+
+    from moquad.config import EvalConfig
+
+    video = real_videos_dir / "v_SoccerJuggling_g23_c01.avi"
+    if not video.is_file():
+        pytest.skip("clip not present")
+    cfg = EvalConfig(checkpoint=str(make_checkpoint(tmp_path / "c.pt")), frames=4, dilation=2, size=32,
+                     out=str(tmp_path))
+    png = cam(str(video), cfg, str(tmp_path), method="norm")
+    meta = json.loads(png.with_suffix(".json").read_text())
+    assert meta["method"] == "norm" and meta["source"]["num_frames"] > 4
+    assert np.diff(meta["source"]["frame_indices"]).tolist() == [2, 2, 2]
