@@ -158,6 +158,8 @@ def pretrain(
     epochs: int | None = typer.Option(None, help="Training epochs."),
     batch_size: int | None = typer.Option(None, help="GLOBAL batch size in videos (split over ranks)."),
     lr: float | None = typer.Option(None, help="Learning rate at batch 256 (scaled linearly)."),
+    lr_warmup_epochs: float | None = typer.Option(None, help="Linear learning-rate warm-up epochs (10)."),
+    weight_decay: float | None = typer.Option(None, help="Weight decay (1e-6; none on BN and bias)."),
     optimizer: str | None = typer.Option(None, help="lars, sgd or adamw."),
     temperature: float | None = typer.Option(None, help="Softmax temperature tau."),
     warmup_ratio: float | None = typer.Option(None, help="Share of epochs on the appearance task (Alg. 1)."),
@@ -185,13 +187,14 @@ def pretrain(
         recipe,
         {
             "data": data, "out": out, "method": method, "backbone": backbone, "epochs": epochs,
-            "batch_size": batch_size, "lr": lr, "optimizer": optimizer, "temperature": temperature,
+            "batch_size": batch_size, "lr": lr, "lr_warmup_epochs": lr_warmup_epochs,
+            "weight_decay": weight_decay, "optimizer": optimizer, "temperature": temperature,
             "warmup_ratio": warmup_ratio, "hard_beta": hard_beta, "hard_alpha": hard_alpha,
             "steps_per_epoch": steps_per_epoch, "ckpt_every": ckpt_every, "sync_bn": sync_bn,
             "resume": resume or None, "seed": seed, "device": device,
             "loader.frames": frames, "loader.size": size, "loader.appearance_op": appearance_op,
             "loader.motion_op": motion_op, "loader.ad_pos": ad_pos, "loader.intra_neg": intra_neg,
-            "loader.ad_intra_neg": ad_intra_neg, "loader.workers": workers,
+            "loader.ad_intra_neg": ad_intra_neg, "loader.workers": workers, "loader.seed": seed,
         },
     )
     if cfg.method not in ("moquad", "simclr"):

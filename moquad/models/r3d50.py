@@ -20,9 +20,13 @@ class Bottleneck3D(nn.Module):
     def __init__(self, cin: int, planes: int, stride: int, temporal_kernel: int):
         super().__init__()
         cout = planes * self.expansion
-        self.conv1 = nn.Conv3d(cin, planes, (temporal_kernel, 1, 1), padding=(temporal_kernel // 2, 0, 0), bias=False)
+        self.conv1 = nn.Conv3d(
+            cin, planes, (temporal_kernel, 1, 1), padding=(temporal_kernel // 2, 0, 0), bias=False
+        )
         self.bn1 = nn.BatchNorm3d(planes)
-        self.conv2 = nn.Conv3d(planes, planes, (1, 3, 3), stride=(1, stride, stride), padding=(0, 1, 1), bias=False)
+        self.conv2 = nn.Conv3d(
+            planes, planes, (1, 3, 3), stride=(1, stride, stride), padding=(0, 1, 1), bias=False
+        )
         self.bn2 = nn.BatchNorm3d(planes)
         self.conv3 = nn.Conv3d(planes, cout, 1, bias=False)
         self.bn3 = nn.BatchNorm3d(cout)
@@ -45,8 +49,11 @@ class Bottleneck3D(nn.Module):
 class R3D50(nn.Module):
     """CVRL's 3D ResNet-50 trunk (no classifier); ``forward`` returns (N, 2048)."""
 
-    def __init__(self, layers: tuple[int, int, int, int] = (3, 4, 6, 3),
-                 temporal_kernels: tuple[int, int, int, int] = (1, 1, 3, 3)):
+    def __init__(
+        self,
+        layers: tuple[int, int, int, int] = (3, 4, 6, 3),
+        temporal_kernels: tuple[int, int, int, int] = (1, 1, 3, 3),
+    ):
         super().__init__()
         self.stem = nn.Sequential(
             nn.Conv3d(3, 64, (5, 7, 7), stride=(2, 2, 2), padding=(2, 3, 3), bias=False),
@@ -60,7 +67,9 @@ class R3D50(nn.Module):
             planes = 64 * 2**i
             blocks = []
             for j in range(n):
-                blocks.append(Bottleneck3D(cin, planes, stride=2 if (j == 0 and i > 0) else 1, temporal_kernel=tk))
+                blocks.append(
+                    Bottleneck3D(cin, planes, stride=2 if (j == 0 and i > 0) else 1, temporal_kernel=tk)
+                )
                 cin = planes * Bottleneck3D.expansion
             stages.append(nn.Sequential(*blocks))
         self.res2, self.res3, self.res4, self.res5 = stages

@@ -24,8 +24,11 @@ def git_revision() -> str | None:
     """Commit hash of the checkout moquad is imported from, or None outside a git work tree."""
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(moquad.__file__).resolve().parent, capture_output=True,
-            text=True, timeout=5,
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(moquad.__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -49,7 +52,9 @@ def load(path: str | Path) -> dict[str, Any]:
     """Read a checkpoint on CPU with ``weights_only=True`` (no arbitrary code from the file)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} not found; pass RUN/checkpoints/last.pt of a pretrain run")
+        raise FileNotFoundError(
+            f"checkpoint {path} not found; pass RUN/checkpoints/last.pt of a pretrain run"
+        )
     return torch.load(path, map_location="cpu", weights_only=True)
 
 

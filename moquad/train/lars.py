@@ -50,8 +50,9 @@ class LARS(torch.optim.Optimizer):
     ):
         if lr < 0 or momentum < 0 or weight_decay < 0 or eeta <= 0:
             raise ValueError("LARS needs lr >= 0, momentum >= 0, weight_decay >= 0 and eeta > 0")
-        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, eeta=eeta, nesterov=nesterov,
-                        lars_adapt=True)
+        defaults = dict(
+            lr=lr, momentum=momentum, weight_decay=weight_decay, eeta=eeta, nesterov=nesterov, lars_adapt=True
+        )
         super().__init__(params, defaults)
 
     @torch.no_grad()
@@ -74,7 +75,9 @@ class LARS(torch.optim.Optimizer):
                     w_norm = torch.linalg.vector_norm(w)
                     g_norm = torch.linalg.vector_norm(grad)
                     trust = torch.where(
-                        (w_norm > 0) & (g_norm > 0), eeta * w_norm / g_norm.clamp_min(1e-38), torch.ones_like(w_norm)
+                        (w_norm > 0) & (g_norm > 0),
+                        eeta * w_norm / g_norm.clamp_min(1e-38),
+                        torch.ones_like(w_norm),
                     )
                     scaled_lr = scaled_lr * trust
                 state = self.state[p]

@@ -43,7 +43,9 @@ class RunLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(str(Path(run_dir) / "tb"), purge_step=start_step + 1 if start_step else None)
+            self._tb = SummaryWriter(
+                str(Path(run_dir) / "tb"), purge_step=start_step + 1 if start_step else None
+            )
 
     def log(self, step: int, values: dict[str, Any]) -> None:
         """Write one record; non-finite numbers become null in JSON and are skipped in TensorBoard."""

@@ -11,7 +11,9 @@ per (seed, epoch); the batches of the interrupted epoch already trained on are s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -33,8 +35,25 @@ from moquad.train.schedule import lr_schedule, stage_per_epoch
 
 LoaderFn = Callable[..., Iterable[dict[str, Any]]]
 # checkpoint fields that must match for a resumed run to continue the same schedule and data order
-_RESUME_KEYS = ("method", "backbone", "proj_dim", "proj_hidden", "epochs", "batch_size", "lr", "lr_warmup_epochs",
-                "warmup_ratio", "steps_per_epoch", "seed", "optimizer", "split")
+_RESUME_KEYS = (
+    "method",
+    "backbone",
+    "proj_dim",
+    "proj_hidden",
+    "epochs",
+    "batch_size",
+    "lr",
+    "lr_warmup_epochs",
+    "warmup_ratio",
+    "steps_per_epoch",
+    "seed",
+    "optimizer",
+    "split",
+    "temperature",
+    "hard_beta",
+    "hard_alpha",
+    "weight_decay",
+)
 
 
 def build_optimizer(model: nn.Module, cfg: PretrainConfig) -> torch.optim.Optimizer:
@@ -73,8 +92,15 @@ def forward_loss(
     z_global = dist.gather(z) if dist.is_dist() else None
     offset = dist.get_rank() * b
     if mode == "moquad":
-        return moquad_loss(z, view_names, z_global=z_global, offset=offset, tau=tau, hard_beta=hard_beta,
-                           hard_alpha=hard_alpha)
+        return moquad_loss(
+            z,
+            view_names,
+            z_global=z_global,
+            offset=offset,
+            tau=tau,
+            hard_beta=hard_beta,
+            hard_alpha=hard_alpha,
+        )
     if mode == "appearance":
         return appearance_loss(z, z_global=z_global, offset=offset, tau=tau)
     if mode == "simclr":
@@ -82,10 +108,10 @@ def forward_loss(
     raise ValueError(f"unknown training mode {mode!r}")
 
 
-def _default_loader_fn() -> LoaderFn:
+def _default_loader_fn(pin_memory: bool) -> LoaderFn:
     from moquad.data.pipeline import make_loader
 
-    return make_loader
+    return functools.partial(make_loader, pin_memory=pin_memory)
 
 
 def _default_batches_fn() -> Callable[[str, str, int], int]:
@@ -103,16 +129,31 @@ def _normalize(x: torch.Tensor, device: torch.device) -> torch.Tensor:
 def _check_resume(saved: dict[str, Any], cfg: PretrainConfig, path: Path) -> None:
     now = to_dict(cfg)
     diff = [k for k in _RESUME_KEYS if saved.get(k) != now.get(k)]
+    # loader settings shape the data of every step; the number of worker processes may change
+    old_loader, new_loader = dict(saved.get("loader") or {}), dict(now["loader"])
+    diff += [f"loader.{k}" for k in new_loader if k != "workers" and old_loader.get(k) != new_loader[k]]
     if diff:
-        pairs = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in diff)
-        raise ValueError(f"cannot resume {path}: settings changed ({pairs}); use the original settings or a new --out")
+
+        def get(d: dict, key: str):
+            return d.get("loader", {}).get(key[7:]) if key.startswith("loader.") else d.get(key)
+
+        pairs = ", ".join(f"{k}: {get(saved, k)!r} -> {get(now, k)!r}" for k in diff)
+        raise ValueError(
+            f"cannot resume {path}: settings changed ({pairs}); use the original settings or a new --out"
+        )
 
 
 def _progress(enabled: bool, total: int, completed: int):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    prog = Progress(TextColumn("pretrain"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    TextColumn("{task.fields[info]}"), disable=not enabled)
+    prog = Progress(
+        TextColumn("pretrain"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[info]}"),
+        disable=not enabled,
+    )
     task = prog.add_task("pretrain", total=total, completed=completed, info="")
     return prog, task
 
@@ -134,26 +175,35 @@ def pretrain(
     """
     info = dist.init(cfg.device)
     try:
-        return _pretrain(cfg, info, loader_fn or _default_loader_fn(), batches_fn, keep_every_epochs,
-                         tensorboard, progress)
+        loader_fn = loader_fn or _default_loader_fn(info.device.type == "cuda")
+        return _pretrain(cfg, info, loader_fn, batches_fn, keep_every_epochs, tensorboard, progress)
     finally:
         dist.cleanup()
 
 
 def _pretrain(cfg, info, loader_fn, batches_fn, keep_every_epochs, tensorboard, progress) -> Path:
     world, rank, device = info.world_size, info.rank, info.device
-    if cfg.batch_size % world:
-        raise ValueError(f"batch_size {cfg.batch_size} (global) must be divisible by the {world} processes")
-    if cfg.epochs <= 0:
-        raise ValueError(f"epochs must be positive, got {cfg.epochs}")
+    if cfg.batch_size <= 0 or cfg.batch_size % world:
+        raise ValueError(
+            f"batch_size {cfg.batch_size} (global) must be a positive multiple of the {world} processes"
+        )
+    if cfg.epochs <= 0 or cfg.ckpt_every <= 0 or cfg.log_every <= 0:
+        raise ValueError(
+            f"epochs, ckpt_every and log_every must be positive (got {cfg.epochs}, {cfg.ckpt_every}, "
+            f"{cfg.log_every})"
+        )
     per_rank = cfg.batch_size // world
     spe = cfg.steps_per_epoch or (batches_fn or _default_batches_fn())(cfg.data, cfg.split, cfg.batch_size)
     if spe <= 0:
-        raise ValueError(f"{cfg.data} split {cfg.split!r} has too few videos for a global batch of {cfg.batch_size}")
+        raise ValueError(
+            f"{cfg.data} split {cfg.split!r} has too few videos for a global batch of {cfg.batch_size}"
+        )
     total = cfg.epochs * spe
     lrs = lr_schedule(cfg.lr, cfg.batch_size, total, round(cfg.lr_warmup_epochs * spe))
     modes = stage_per_epoch(cfg.epochs, cfg.warmup_ratio, cfg.method)
 
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
     run = Path(cfg.out)
     ckpt_path = run / "checkpoints" / "last.pt"
     torch.manual_seed(cfg.seed)
@@ -162,18 +212,31 @@ def _pretrain(cfg, info, loader_fn, batches_fn, keep_every_epochs, tensorboard, 
     start = 0
     if ckpt_path.is_file():
         if not cfg.resume:
-            raise ValueError(f"{run} already holds a checkpoint; pass --resume to continue it or choose a new --out")
+            raise ValueError(
+                f"{run} already holds a checkpoint; pass --resume to continue it or choose a new --out"
+            )
         ckpt = checkpoint.load(ckpt_path)
         _check_resume(ckpt["config"], cfg, ckpt_path)
+        if ckpt.get("steps_per_epoch", spe) != spe:
+            raise ValueError(
+                f"cannot resume {ckpt_path}: it was trained with {ckpt['steps_per_epoch']} steps per "
+                f"epoch, the data now gives {spe}; pass --steps-per-epoch {ckpt['steps_per_epoch']}"
+            )
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         start = int(ckpt["step"])
     core: VideoModel = model  # type: ignore[assignment]
+    if cfg.sync_bn and (world == 1 or device.type != "cuda") and rank == 0:
+        warnings.warn(
+            "sync_bn needs several GPU processes (NCCL); training with per-process BatchNorm", stacklevel=2
+        )
     if world > 1:
         if cfg.sync_bn and device.type == "cuda":
             model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
             core = model  # type: ignore[assignment]
-        model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
 
     main = rank == 0
     if main:
@@ -182,59 +245,102 @@ def _pretrain(cfg, info, loader_fn, batches_fn, keep_every_epochs, tensorboard, 
 
     def save(step: int, epoch: int, path: Path = ckpt_path) -> None:
         if main:
-            checkpoint.save({
-                "model": core.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "epoch": epoch,
-                "config": to_dict(cfg), "seeds": {"seed": cfg.seed, "loader_seed": cfg.loader.seed},
-                "moquad_version": moquad.__version__, "git": checkpoint.git_revision(),
-            }, path)
+            checkpoint.save(
+                {
+                    "model": core.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "step": step,
+                    "epoch": epoch,
+                    "steps_per_epoch": spe,
+                    "config": to_dict(cfg),
+                    "seeds": {"seed": cfg.seed, "loader_seed": cfg.loader.seed},
+                    "moquad_version": moquad.__version__,
+                    "git": checkpoint.git_revision(),
+                },
+                path,
+            )
 
-    prog, task = _progress(main and progress, total, start)
-    model.train()
-    with prog:
-        for epoch in range(start // spe, cfg.epochs):
-            loader_cfg = dataclasses.replace(cfg.loader, mode=modes[epoch])
-            loader = loader_fn(cfg.data, loader_cfg, split=cfg.split, batch_size=per_rank, epoch=epoch, rank=rank,
-                               world_size=world, num_batches=spe)
-            batches = iter(loader)
-            skip = start - epoch * spe if epoch == start // spe else 0
-            t_prev = time.perf_counter()
-            for i in range(spe):
-                try:
-                    batch = next(batches)
-                except StopIteration:
-                    raise ValueError(f"the loader gave only {i} of {spe} batches in epoch {epoch}") from None
-                if i < skip:
-                    t_prev = time.perf_counter()
-                    continue
-                t_data = time.perf_counter()
-                step = epoch * spe + i
-                lr = float(lrs[step])
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                views = _normalize(batch["views"], device)
-                loss, stats = forward_loss(model, views, batch["view_names"], modes[epoch], tau=cfg.temperature,
-                                           hard_beta=cfg.hard_beta, hard_alpha=cfg.hard_alpha)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                vals = dist.all_reduce_mean(torch.tensor(
-                    [loss.item(), stats["rank_pos"], stats["rank_intra_neg"]], dtype=torch.float64, device=device))
-                t_end = time.perf_counter()
-                done = step + 1
-                if main and (done % cfg.log_every == 0 or done == total):
-                    dt = t_end - t_prev
-                    rec = {"epoch": epoch, "mode": modes[epoch], "loss": float(vals[0]), "lr": lr,
-                           "clips_per_s": cfg.batch_size * views.shape[1] / dt, "data_wait": (t_data - t_prev) / dt,
-                           "rank_ad_pos": float(vals[1]), "rank_intra_neg": float(vals[2]), "time": time.time()}
-                    logger.log(done, rec)
-                    prog.update(task, completed=done, info=f"{modes[epoch]} loss {rec['loss']:.4f} lr {lr:.3g}")
-                end_of_epoch = i == spe - 1
-                if done % cfg.ckpt_every == 0 or end_of_epoch:
-                    save(done, epoch + 1 if end_of_epoch else epoch)
-                if end_of_epoch and keep_every_epochs and (epoch + 1) % keep_every_epochs == 0:
-                    save(done, epoch + 1, run / "checkpoints" / f"step-{done}.pt")
+    try:
+        prog, task = _progress(main and progress, total, start)
+        model.train()
+        with prog:
+            for epoch in range(start // spe, cfg.epochs):
+                loader_cfg = dataclasses.replace(cfg.loader, mode=modes[epoch])
+                loader = loader_fn(
+                    cfg.data,
+                    loader_cfg,
+                    split=cfg.split,
+                    batch_size=per_rank,
+                    epoch=epoch,
+                    rank=rank,
+                    world_size=world,
+                    num_batches=spe,
+                )
+                batches = iter(loader)
+                skip = start - epoch * spe if epoch == start // spe else 0
                 t_prev = time.perf_counter()
-    if logger is not None:
-        logger.close()
+                for i in range(spe):
+                    try:
+                        batch = next(batches)
+                    except StopIteration:
+                        raise ValueError(
+                            f"the loader gave only {i} of {spe} batches in epoch {epoch}"
+                        ) from None
+                    if i < skip:
+                        t_prev = time.perf_counter()
+                        continue
+                    t_data = time.perf_counter()
+                    step = epoch * spe + i
+                    lr = float(lrs[step])
+                    for group in optimizer.param_groups:
+                        group["lr"] = lr
+                    views = _normalize(batch["views"], device)
+                    loss, stats = forward_loss(
+                        model,
+                        views,
+                        batch["view_names"],
+                        modes[epoch],
+                        tau=cfg.temperature,
+                        hard_beta=cfg.hard_beta,
+                        hard_alpha=cfg.hard_alpha,
+                    )
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                    vals = dist.all_reduce_mean(
+                        torch.tensor(
+                            [loss.item(), stats["rank_pos"], stats["rank_intra_neg"]],
+                            dtype=torch.float64,
+                            device=device,
+                        )
+                    )
+                    t_end = time.perf_counter()
+                    done = step + 1
+                    if main and (done % cfg.log_every == 0 or done == total):
+                        dt = t_end - t_prev
+                        rec = {
+                            "epoch": epoch,
+                            "mode": modes[epoch],
+                            "loss": float(vals[0]),
+                            "lr": lr,
+                            "clips_per_s": cfg.batch_size * views.shape[1] / dt,
+                            "data_wait": (t_data - t_prev) / dt,
+                            "rank_ad_pos": float(vals[1]),
+                            "rank_intra_neg": float(vals[2]),
+                            "time": time.time(),
+                        }
+                        logger.log(done, rec)
+                        prog.update(
+                            task, completed=done, info=f"{modes[epoch]} loss {rec['loss']:.4f} lr {lr:.3g}"
+                        )
+                    end_of_epoch = i == spe - 1
+                    if done % cfg.ckpt_every == 0 or end_of_epoch:
+                        save(done, epoch + 1 if end_of_epoch else epoch)
+                    if end_of_epoch and keep_every_epochs and (epoch + 1) % keep_every_epochs == 0:
+                        save(done, epoch + 1, run / "checkpoints" / f"step-{done}.pt")
+                    t_prev = time.perf_counter()
+    finally:
+        if logger is not None:
+            logger.close()
     dist.barrier()
     return ckpt_path

@@ -73,12 +73,13 @@ def _quad(
     s_pos = (a * zl[:, pos_view]).sum(-1)  # (B,)
     intra_idx = list(intra_views)
     s_intra = torch.einsum("bd,bkd->bk", a, zl[:, intra_idx]) if intra_idx else a.new_zeros(b, 0)
+    # inter negatives: every view of every other video; the anchor's own video is masked to -inf
+    # (no boolean indexing, so no host sync on GPU); exp(-inf) = 0 drops it from the sum
+    own = F.one_hot(offset + torch.arange(b, device=zl.device), g).bool()  # (B, G)
     s_all = (a @ zg.reshape(g * v, d).T).reshape(b, g, v)
-    other = torch.ones(b, g, dtype=torch.bool, device=zl.device)
-    other[torch.arange(b, device=zl.device), offset + torch.arange(b, device=zl.device)] = False
-    s_inter = s_all[other].reshape(b, (g - 1) * v)
+    s_inter = s_all.masked_fill(own[:, :, None], float("-inf")).reshape(b, g * v)
 
-    k = hard_k(s_inter.shape[1], hard_beta)
+    k = hard_k((g - 1) * v, hard_beta)
     log_w_inter = torch.zeros_like(s_inter)
     log_w_intra = 0.0
     if k > 0:

@@ -17,7 +17,9 @@ def plot_run(run_dir: str | Path, out_png: str | Path | None = None) -> Path:
     run_dir = Path(run_dir)
     records = read_log(run_dir / "log.jsonl")
     if not records:
-        raise FileNotFoundError(f"no training log at {run_dir / 'log.jsonl'}; pass the folder of a pretrain run")
+        raise FileNotFoundError(
+            f"no training log at {run_dir / 'log.jsonl'}; pass the folder of a pretrain run"
+        )
     out = Path(out_png) if out_png else run_dir / "curves.png"
 
     def series(key: str) -> tuple[list[int], list[float]]:
@@ -35,10 +37,12 @@ def plot_run(run_dir: str | Path, out_png: str | Path | None = None) -> Path:
         x, y = series(key)
         if x:
             axes[2].plot(x, y, lw=1, label=label)
-    axes[2].set(title="mean rank among the anchor's candidates (1 = nearest)", xlabel="step")
+    axes[2].set(title="mean rank among candidates (1 = nearest)", xlabel="step")
     axes[2].legend()
     # mark the switch from the appearance warm-up to MoQuad
-    switch = [r["step"] for a, r in zip(records, records[1:]) if a.get("mode") == "appearance" != r.get("mode")]
+    switch = [
+        r["step"] for a, r in zip(records, records[1:]) if a.get("mode") == "appearance" != r.get("mode")
+    ]
     for ax in axes:
         for s in switch:
             ax.axvline(s, color="grey", ls="--", lw=0.8)

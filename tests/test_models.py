@@ -1,0 +1,70 @@
+"""Every backbone: output shapes, one LARS training step, checkpoint save / load_model round trip."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from moquad.config import PretrainConfig, to_dict
+from moquad.models import BACKBONES, build_model
+from moquad.train import checkpoint
+from moquad.train.lars import LARS, param_groups
+from moquad.train.losses import moquad_loss
+
+FEAT = {"tiny": 64, "r3d_18": 512, "r2plus1d_18": 512, "s3d": 1024, "r3d_50": 2048}
+
+
+@pytest.mark.parametrize("name", BACKBONES)
+def test_backbone_step_and_roundtrip(name, tmp_path):
+    torch.manual_seed(0)
+    model = build_model(name, proj_dim=16, proj_hidden=32)
+    frames = 8 if name == "s3d" else 4  # S3D's temporal pooling needs 8 frames
+    x = torch.randn(2, 4, 3, frames, 32, 32)  # 2 videos x 4 views, 32 px
+    assert model.backbone(x[:, 0]).shape == (2, FEAT[name])
+    z = model(x.flatten(0, 1))
+    assert z.shape == (8, 16)
+    opt = LARS(param_groups(model, 1e-6), lr=0.1, weight_decay=1e-6)
+    before = [p.detach().clone() for p in model.parameters()]
+    loss, _ = moquad_loss(z.reshape(2, 4, 16))
+    loss.backward()
+    opt.step()
+    assert torch.isfinite(loss)
+    assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
+
+    cfg = to_dict(PretrainConfig(backbone=name, proj_dim=16, proj_hidden=32))
+    path = checkpoint.save(
+        {"model": model.state_dict(), "step": 1, "epoch": 0, "config": cfg}, tmp_path / "c.pt"
+    )
+    loaded, ckpt = checkpoint.load_model(path)
+    assert ckpt["step"] == 1
+    model.eval()
+    loaded.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x[:, 0]), model(x[:, 0]))
+
+
+def test_r3d50_is_cvrl_shape():
+    from moquad.models.r3d50 import R3D50
+
+    net = R3D50()
+    assert net.stem[0].kernel_size == (5, 7, 7) and net.stem[0].stride == (2, 2, 2)
+    assert [len(s) for s in (net.res2, net.res3, net.res4, net.res5)] == [3, 4, 6, 3]
+    assert net.res3[0].conv1.kernel_size == (1, 1, 1) and net.res4[0].conv1.kernel_size == (3, 1, 1)
+    assert 31e6 < sum(p.numel() for p in net.parameters()) < 33e6  # ~31.7 M like SlowOnly-R50
+
+
+def test_unknown_backbone():
+    with pytest.raises(ValueError, match="unknown backbone"):
+        build_model("resnet9000")
+
+
+def test_checkpoint_save_is_atomic(tmp_path):
+    path = tmp_path / "ckpt" / "last.pt"
+    checkpoint.save({"step": 1}, path)
+    checkpoint.save({"step": 2}, path)
+    assert checkpoint.load(path)["step"] == 2
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.pt"]  # no temp files left
+    with pytest.raises(FileNotFoundError):
+        checkpoint.load(tmp_path / "missing.pt")
+    with pytest.raises(ValueError, match="not a moquad"):
+        checkpoint.load_model(path)
