@@ -173,6 +173,8 @@ def pretrain(
     intra_neg: bool | None = typer.Option(None, "--intra-neg/--no-intra-neg", help="Use the Intra-Neg."),
     ad_intra_neg: bool | None = typer.Option(None, "--ad-intra-neg/--no-ad-intra-neg", help="Use the AD-Intra-Neg."),
     workers: int | None = typer.Option(None, help="Data loader processes per rank."),
+    colour_on_device: bool | None = typer.Option(None, "--colour-on-device/--colour-on-cpu",
+                                                 help="Apply colour jitter on the GPU (frees loader CPU)."),
     steps_per_epoch: int | None = typer.Option(None, help="Override batches per epoch."),
     ckpt_every: int | None = typer.Option(None, help="Checkpoint every N steps."),
     sync_bn: bool | None = typer.Option(None, "--sync-bn/--no-sync-bn", help="SyncBatchNorm across ranks."),
@@ -195,6 +197,7 @@ def pretrain(
             "loader.frames": frames, "loader.size": size, "loader.appearance_op": appearance_op,
             "loader.motion_op": motion_op, "loader.ad_pos": ad_pos, "loader.intra_neg": intra_neg,
             "loader.ad_intra_neg": ad_intra_neg, "loader.workers": workers, "loader.seed": seed,
+            "loader.colour_on_device": colour_on_device,
         },
     )
     if cfg.method not in ("moquad", "simclr"):

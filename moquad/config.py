@@ -61,6 +61,7 @@ class LoaderConfig:
     color_jitter: float = 0.8  # probability of colour jitter
     color_strength: float = 0.5
     grayscale: float = 0.2  # probability of grayscale
+    colour_on_device: bool = False  # ship colour-jitter matrices, apply them on the GPU in normalize()
     shuffle_buffer: int = 64  # samples held in the in-memory shuffle buffer
     workers: int = 2  # DataLoader worker processes per rank
     seed: int = 0

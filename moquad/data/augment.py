@@ -112,55 +112,92 @@ def sample_aug(height: int, width: int, cfg: LoaderConfig, rng: np.random.Genera
     return ClipAug(top, left, h, w, flip, tuple(_colour_ops(cfg, rng)))
 
 
-def resize_clip(frames: torch.Tensor, size: int) -> torch.Tensor:
-    """uint8 (T, h, w, 3) -> uint8 (3, T, size, size), bilinear with antialias."""
-    x = frames.permute(0, 3, 1, 2)
+def crop_resize(frames: np.ndarray, aug: ClipAug, size: int, index: np.ndarray | None = None) -> torch.Tensor:
+    """Crop, resize (bilinear, antialiased) and flip: uint8 (T, H, W, 3) -> uint8 (T, size, size, 3).
+
+    ``index`` selects the clip's frames from ``frames`` (gathered together with the crop: one copy).
+    Clips stay channels-last (the layout JPEG decoding produces) to avoid transposing them.
+    """
+    rows, cols = slice(aug.top, aug.top + aug.height), slice(aug.left, aug.left + aug.width)
+    crop = frames[index, rows, cols] if index is not None else frames[:, rows, cols]
+    x = torch.from_numpy(np.ascontiguousarray(crop)).permute(0, 3, 1, 2)  # channels_last memory
     if x.shape[-2:] != (size, size):
         x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
-    return x.permute(1, 0, 2, 3)
+    if aug.flip:
+        x = x.flip(-1)
+    return x.permute(0, 2, 3, 1).contiguous()
+
+
+def colour_map(clip: torch.Tensor, aug: ClipAug) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The clip's colour map ``x -> M @ x + b`` (float32 (3, 3) and (3,)), None without colour ops.
+
+    Contrast needs the clip's mean colour: estimated on a 4 x 8 x 8 (time x height x width)
+    subsample of the uint8 clip (T, H, W, 3) -- exact enough, and 256x cheaper than the full mean.
+    """
+    if not aug.colour:
+        return None
+    mean = clip[::4, ::8, ::8].reshape(-1, 3).float().mean(dim=0).double().numpy()
+    m, b = colour_affine(list(aug.colour), mean)
+    return torch.from_numpy(m), torch.from_numpy(b)
+
+
+def apply_colour(clip: torch.Tensor, m: torch.Tensor, b: torch.Tensor, offset: float = 0.0) -> torch.Tensor:
+    """uint8 or float (T, H, W, 3) -> float32 (T, H, W, 3) ``clamp(M @ rgb + b, 0, 255) (+ offset)``.
+
+    ``offset=0.5`` pre-adds the rounding offset of :func:`round_into` (saves a pass).
+    """
+    x = clip.permute(0, 3, 1, 2).float()  # channels_last: a 1x1 convolution is the fastest 3x3 colour map
+    y = F.conv2d(x, m.view(3, 3, 1, 1), b + offset if offset else b)
+    return y.permute(0, 2, 3, 1).contiguous().clamp_(offset, 255 + offset)
+
+
+def apply_aug(frames: np.ndarray, aug: ClipAug, size: int, index: np.ndarray | None = None) -> torch.Tensor:
+    """All of one clip's augmentation: uint8 (T, H, W, 3) -> float32 (T, size, size, 3) in 0..255."""
+    clip = crop_resize(frames, aug, size, index)
+    cmap = colour_map(clip, aug)
+    return apply_colour(clip, *cmap) if cmap is not None else clip.float()
 
 
 def augment_clip(frames: np.ndarray, cfg: LoaderConfig, rng: np.random.Generator) -> torch.Tensor:
-    """uint8 frames (T, H, W, 3) -> float32 (3, T, size, size) in 0..255 (clamped, not rounded).
-
-    Float so an appearance disturbance can be blended in before the single rounding to uint8.
-    """
+    """Draw parameters and augment one clip: uint8 (T, H, W, 3) -> float32 (T, size, size, 3)."""
     return apply_aug(frames, sample_aug(frames.shape[1], frames.shape[2], cfg, rng), cfg.size)
 
 
-def apply_aug(frames: np.ndarray, aug: ClipAug, size: int) -> torch.Tensor:
-    """Apply one clip's crop, flip and colour map (see :func:`augment_clip`)."""
-    x = torch.from_numpy(np.ascontiguousarray(frames))[:, aug.top : aug.top + aug.height, aug.left : aug.left + aug.width]
-    x = resize_clip(x, size)
-    if aug.flip:
-        x = x.flip(-1)
-    y = x.float()
-    if aug.colour:
-        flat = y.reshape(3, -1)
-        mean = flat.mean(dim=1).double().numpy()
-        m, b = colour_affine(list(aug.colour), mean)
-        y = torch.addmm(torch.from_numpy(b)[:, None], torch.from_numpy(m), flat).reshape(y.shape)
-        y.clamp_(0, 255)
-    return y
-
-
 def to_uint8(x: torch.Tensor) -> torch.Tensor:
-    """Round a float tensor in 0..255 to uint8 (values are clamped first)."""
-    a = x.numpy() if not x.requires_grad else x.detach().numpy()
-    out = np.clip(a, 0, 255)
-    out += 0.5
-    return torch.from_numpy(out.astype(np.uint8))
+    """Round a float tensor to uint8 (clamped to 0..255, half up)."""
+    a = np.clip(x.detach().numpy(), 0, 255)
+    a += 0.5
+    return torch.from_numpy(a.astype(np.uint8))
 
 
-def normalize(x: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+def round_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Write ``x`` (float, already holding value + 0.5 with value in 0..255) into uint8 ``out``.
+
+    Truncating ``value + 0.5`` rounds half up; the loader folds the ``+ 0.5`` into its last float
+    operation, so rounding costs a single conversion pass.
+    """
+    np.copyto(out.numpy(), x.detach().numpy(), casting="unsafe")
+    return out
+
+
+def normalize(x: torch.Tensor, device: torch.device | str, colour: torch.Tensor | None = None) -> torch.Tensor:
     """uint8 clips (..., 3, T, H, W) -> float32 on ``device``: ``(x / 255 - mean) / std``.
 
-    The uint8 tensor is moved first (4x fewer bytes over PCIe), then converted on the device.
+    The uint8 tensor is moved first (4x fewer bytes over PCIe), then converted on the device; the
+    result is contiguous even when ``x`` is a channels-last view (as the loader's batches are).
+    ``colour`` (..., 3, 4) = ``[M | b]`` per clip (the loader's ``colour`` with
+    ``colour_on_device``) is applied first: ``clamp(M @ rgb + b, 0, 255)`` on every pixel.
     """
     if x.dim() < 4 or x.shape[-4] != 3:
         raise ValueError(f"expected clips shaped (..., 3, T, H, W), got {tuple(x.shape)}")
     x = x.to(device, non_blocking=True).float()
+    if colour is not None:
+        if tuple(colour.shape) != (*x.shape[:-4], 3, 4):
+            raise ValueError(f"colour must be shaped {(*x.shape[:-4], 3, 4)}, got {tuple(colour.shape)}")
+        colour = colour.to(x.device, torch.float32)
+        x = torch.einsum("...ij,...jthw->...ithw", colour[..., :3], x) + colour[..., 3, None, None, None]
+        x = x.clamp_(0, 255)
     shape = (3, 1, 1, 1)
-    mean = torch.tensor(MEAN, device=x.device).view(shape)
-    std = torch.tensor(STD, device=x.device).view(shape)
-    return (x / 255 - mean) / std
+    mean = torch.tensor(MEAN, device=x.device).view(shape) * 255
+    std = torch.tensor(STD, device=x.device).view(shape) * 255
+    return ((x - mean) / std).contiguous()

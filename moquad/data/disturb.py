@@ -54,20 +54,23 @@ def cell_size(size: int, k: int) -> int:
 
 
 def resize_donors(frames: torch.Tensor, cell: int) -> torch.Tensor:
-    """uint8 frames (N, H, W, 3) -> uint8 (N, 3, cell, cell) (antialiased, aspect not kept)."""
+    """uint8 frames (N, H, W, 3) -> uint8 (N, cell, cell, 3) (antialiased, aspect not kept)."""
     x = frames.permute(0, 3, 1, 2)
-    return F.interpolate(x, size=(cell, cell), mode="bilinear", antialias=True, align_corners=False).contiguous()
+    x = F.interpolate(x, size=(cell, cell), mode="bilinear", antialias=True, align_corners=False)
+    return x.permute(0, 2, 3, 1).contiguous()
 
 
 def rad_noise(donors: torch.Tensor, k: int, size: int) -> torch.Tensor:
-    """Noise image ``D``: float32 (3, size, size) from ``k*k`` donors uint8 (k*k, 3, c, c), row-major."""
-    n, ch, c, c2 = donors.shape
+    """Noise image ``D``: float32 (size, size, 3) from ``k*k`` donors uint8 (k*k, c, c, 3), row-major."""
+    n, c, c2, ch = donors.shape
     if n != k * k or ch != 3 or c != c2:
-        raise ValueError(f"need {k * k} square donor frames, got shape {tuple(donors.shape)}")
-    mosaic = donors.reshape(k, k, 3, c, c).permute(2, 0, 3, 1, 4).reshape(1, 3, k * c, k * c)
+        raise ValueError(f"need {k * k} square donor frames (c, c, 3), got shape {tuple(donors.shape)}")
+    mosaic = donors.reshape(k, k, c, c, 3).permute(0, 2, 1, 3, 4).reshape(k * c, k * c, 3)
     if k * c != size:
-        mosaic = F.interpolate(mosaic, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
-    return mosaic[0].float()
+        x = mosaic.permute(2, 0, 1).unsqueeze(0)
+        x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+        mosaic = x[0].permute(1, 2, 0)
+    return mosaic.float()
 
 
 def draw_lambda(rng: np.random.Generator, lam_range: tuple[float, float]) -> float:
@@ -78,14 +81,18 @@ def draw_lambda(rng: np.random.Generator, lam_range: tuple[float, float]) -> flo
     return float(rng.uniform(lo, hi))
 
 
-def blend(clip: torch.Tensor, noise: torch.Tensor, lam: float) -> torch.Tensor:
-    """``(1 - lam) * clip + lam * noise`` on every frame, in place; clip float (3, T, H, W), noise (3, H, W)."""
-    return clip.mul_(1.0 - lam).add_(noise.unsqueeze(1), alpha=lam)
+def blend(clip: torch.Tensor, noise: torch.Tensor, lam: float, offset: float = 0.0) -> torch.Tensor:
+    """``(1 - lam) * clip + lam * noise (+ offset)`` on every frame, in place, in one pass.
+
+    ``clip`` float (T, H, W, 3), ``noise`` (H, W, 3); ``offset=0.5`` pre-adds the rounding offset.
+    """
+    term = noise * lam + offset if offset else noise * lam
+    return torch.add(term, clip, alpha=1.0 - lam, out=clip)
 
 
 def be_noise(clip: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
-    """BE's distracting image: one random frame (3, H, W) of the (augmented) clip itself."""
-    return clip[:, int(rng.integers(0, clip.shape[1]))].clone()
+    """BE's distracting image: one random frame (H, W, 3) of the (augmented) clip itself, as float."""
+    return clip[int(rng.integers(0, clip.shape[0]))].to(torch.float32, copy=True)
 
 
 def motion_indices(indices: np.ndarray, op: str, rng: np.random.Generator) -> np.ndarray:

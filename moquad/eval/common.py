@@ -9,67 +9,36 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from rich.console import Console
 from rich.table import Table
 from torch import nn
 
+from moquad import dist
 from moquad.config import EvalConfig, to_dict
-
-# ImageNet statistics; used only when moquad.data.augment.normalize is not available.
-_MEAN = (0.485, 0.456, 0.406)
-_STD = (0.229, 0.224, 0.225)
+from moquad.data.augment import normalize  # noqa: F401  (re-exported: eval sees pre-training's input statistics)
+from moquad.preprocess.manifest import read_manifest
+from moquad.train.checkpoint import load_model
 
 
 def resolve_device(name: str) -> torch.device:
     """``auto`` -> this rank's CUDA device when available, else CPU."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        return torch.device("cpu")
-    return torch.device(name)
+    return dist.pick_device(name, dist.env_ranks()[1])
 
 
 def dist_env() -> tuple[int, int]:
-    """(rank, world_size); initialises the process group from torchrun env vars (RANK, WORLD_SIZE,
-    MASTER_ADDR/PORT) when they ask for more than one process and no group exists yet."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
+    """(rank, world_size); starts the process group from torchrun's environment when needed."""
+    if dist.is_dist():
         return dist.get_rank(), dist.get_world_size()
-    if int(os.environ.get("WORLD_SIZE", 1)) > 1:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend)
-        return dist.get_rank(), dist.get_world_size()
+    if dist.env_ranks()[2] > 1:
+        info = dist.init("cpu" if not torch.cuda.is_available() else "auto")
+        return info.rank, info.world_size
     return 0, 1
-
-
-def normalize(x: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """uint8 clips (..., 3, T, H, W) -> float32 on ``device``, ``(x/255 - mean)/std``.
-
-    Uses the data pipeline's ``normalize`` when present so evaluation sees exactly the
-    input statistics pre-training saw.
-    """
-    try:
-        from moquad.data.augment import normalize as data_normalize
-    except ImportError:
-        data_normalize = None
-    if data_normalize is not None:
-        return data_normalize(x, device)
-    x = x.to(device, non_blocking=True).float().div_(255.0)
-    shape = [1] * x.dim()
-    shape[-4] = 3
-    mean = torch.tensor(_MEAN, device=device).view(shape)
-    std = torch.tensor(_STD, device=device).view(shape)
-    return (x - mean) / std
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -86,41 +55,13 @@ def load_checkpoint(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} not found; pass --checkpoint RUN/checkpoints/last.pt")
-    try:
-        from moquad.train.checkpoint import load_model
-    except ImportError:
-        load_model = None
-    if load_model is not None:
-        model, ckpt = load_model(path)
-        return model, ckpt
-    from moquad.models import build_model
-
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
-        raise ValueError(f"{path} is not a moquad checkpoint (needs 'model' and 'config' entries)")
-    c = ckpt["config"]
-    model = build_model(c["backbone"], proj_dim=c.get("proj_dim", 128), proj_hidden=c.get("proj_hidden", 2048))
-    model.load_state_dict(ckpt["model"])
-    return model, ckpt
+    return load_model(path)
 
 
 def read_split(data_dir: str | Path, split: str) -> pa.Table:
     """The manifest of one split (one row per video, in manifest order)."""
     data_dir = Path(data_dir)
-    try:
-        from moquad.preprocess.manifest import read_manifest
-    except ImportError:
-        read_manifest = None
-    if read_manifest is not None:
-        return read_manifest(data_dir, split)
-    path = data_dir / "manifests" / f"{split}.parquet"
-    if not path.is_file():
-        have = sorted(p.stem for p in (data_dir / "manifests").glob("*.parquet")) if data_dir.is_dir() else []
-        raise FileNotFoundError(
-            f"no manifest for split {split!r} in {data_dir} (found: {', '.join(have) or 'none'}); "
-            "run `moquad preprocess` first or pick another --split"
-        )
-    return pq.read_table(path)
+    return read_manifest(data_dir, split)
 
 
 def dataset_classes(data_dir: str | Path, table: pa.Table | None = None) -> list[str]:

@@ -120,10 +120,10 @@ def _default_batches_fn() -> Callable[[str, str, int], int]:
     return batches_per_epoch
 
 
-def _normalize(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+def _normalize(x: torch.Tensor, device: torch.device, colour: torch.Tensor | None = None) -> torch.Tensor:
     from moquad.data.augment import normalize
 
-    return normalize(x, device)
+    return normalize(x, device, colour=colour)
 
 
 def _check_resume(saved: dict[str, Any], cfg: PretrainConfig, path: Path) -> None:
@@ -294,7 +294,7 @@ def _pretrain(cfg, info, loader_fn, batches_fn, keep_every_epochs, tensorboard, 
                     lr = float(lrs[step])
                     for group in optimizer.param_groups:
                         group["lr"] = lr
-                    views = _normalize(batch["views"], device)
+                    views = _normalize(batch["views"], device, batch.get("colour"))
                     loss, stats = forward_loss(
                         model,
                         views,

@@ -1,0 +1,195 @@
+"""Appearance (RAD-inter / RAD-intra / BE / none) and motion (speed / reverse / shuffle) disturbances.
+
+Videos from ``moquad.data.testing.coded_video`` have flat frames whose colour encodes (video, frame),
+so the tests read from the loader's pixels which video and frame every value came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from moquad.config import LoaderConfig
+from moquad.data.disturb import blend, motion_indices, rad_noise
+from moquad.data.pipeline import make_loader
+from moquad.data.testing import coded_dataset, coded_video, decode_code
+from moquad.data.views import make_views
+
+PLAIN = LoaderConfig(  # no spatial augmentation: frames 32x40 -> central 32x32 square, flat colours kept
+    frames=8, size=32, crop_scale=(1.0, 1.0), flip=False, color_jitter=0.0, grayscale=0.0,
+    workers=0, shuffle_buffer=4, donor_pool=16,
+)
+
+
+@pytest.fixture(scope="module")
+def coded(tmp_path_factory):
+    return coded_dataset(tmp_path_factory.mktemp("coded"), num_videos=6, num_frames=48, videos_per_shard=2)
+
+
+def _batches(data, cfg, n=3, batch_size=2):
+    return list(make_loader(data, cfg, batch_size=batch_size, num_batches=n, debug=True))
+
+
+def _codes(clip: torch.Tensor) -> list[tuple[int, int]]:
+    """(video, frame) of every frame of an undisturbed uint8 clip (3, T, H, W)."""
+    return [decode_code(clip[:, t].float().mean(dim=(1, 2)).numpy()) for t in range(clip.shape[1])]
+
+
+def _clean(video: int, indices) -> torch.Tensor:
+    """Independent reference: the undisturbed clip (3, T) colours straight from the coded formula."""
+    frames = coded_video(video, 48, 1, 1)[np.asarray(indices)][:, 0, 0]  # (T, 3)
+    return torch.from_numpy(frames.T.astype(np.float64))
+
+
+def test_rad_noise_windows_hold_the_donors():
+    k = 5
+    colours = torch.arange(k * k, dtype=torch.uint8) * 10
+    donors = colours.view(-1, 1, 1, 1).expand(k * k, 7, 7, 3).contiguous()
+    for size in (35, 32):  # k divides the mosaic / mosaic resized to a fractional window
+        noise = rad_noise(donors, k, size)  # (size, size, 3)
+        centres = [int((i + 0.5) * size / k) for i in range(k)]
+        got = noise[..., 0][centres][:, centres].round().flatten()
+        assert got.tolist() == colours.float().tolist()  # row-major, one donor per window
+
+
+def test_blend_formula():
+    clip = torch.rand(4, 5, 5, 3) * 255
+    noise = torch.rand(5, 5, 3) * 255
+    out = blend(clip.clone(), noise, 0.3)
+    for t in range(4):
+        assert torch.allclose(out[t], 0.7 * clip[t] + 0.3 * noise, atol=1e-4)
+
+
+def test_reverse_and_shuffle_really_permute():
+    rng = np.random.default_rng(0)
+    idx = np.arange(10, 26)
+    assert motion_indices(idx, "reverse", rng).tolist() == idx[::-1].tolist()
+    for _ in range(50):
+        sh = motion_indices(idx, "shuffle", rng)
+        assert sorted(sh.tolist()) == idx.tolist() and not np.array_equal(sh, idx)
+    assert motion_indices(idx, "speed", rng) is idx
+    with pytest.raises(ValueError, match="motion_op"):
+        motion_indices(idx, "bogus", rng)
+
+
+def test_rad_residual_is_the_same_image_on_every_frame(coded):
+    """P-bar - (1 - lam) * P is lam * D on every frame; D's windows come from OTHER videos."""
+    cfg = dataclasses.replace(PLAIN, rad_lambda=(0.4, 0.5))
+    seen_donors = 0
+    for batch in _batches(coded, cfg, n=3):
+        names = batch["view_names"]
+        for b, info in enumerate(batch["info"]):
+            video = int(batch["video_id"][b][1:])
+            for v in (names.index("ad_pos"), names.index("ad_intra_neg")):
+                lam = float(batch["lam"][b, v])
+                assert 0.4 <= lam <= 0.5
+                clip = batch["views"][b, v].double()  # (3, T, H, W)
+                clean = _clean(video, info["indices"][v])  # (3, T)
+                residual = clip - (1 - lam) * clean[:, :, None, None]
+                assert (residual - residual[:, :1]).abs().max() <= 2.0  # same image on every frame
+                noise = residual[:, 0] / lam
+                centres = [int((i + 0.5) * 32 / 5) for i in range(5)]
+                donors = [decode_code(noise[:, y, x].numpy())[0] for y in centres for x in centres]
+                assert video not in donors  # never from the sample's own video
+                assert [f"v{d:02d}" for d in donors] == info["donor_ids"][v]
+                seen_donors += len(set(donors))
+    assert seen_donors > 12  # donors really vary
+
+
+def test_plain_views_and_lambda_zero(coded):
+    batch = _batches(coded, PLAIN, n=1)[0]
+    for b, info in enumerate(batch["info"]):
+        video = int(batch["video_id"][b][1:])
+        for v, name in enumerate(batch["view_names"]):
+            if name in ("anchor", "intra_neg"):
+                assert batch["lam"][b, v] == 0
+                got = _codes(batch["views"][b, v])
+                assert got == [(video, int(i)) for i in info["indices"][v]]
+
+
+def test_intra_negatives_have_the_other_dilation(coded):
+    for batch in _batches(coded, PLAIN, n=3):
+        for b, info in enumerate(batch["info"]):
+            n, m = info["dilations"]
+            assert n != m and {n, m} <= {1, 2, 4}
+            steps = {}
+            for v, name in enumerate(batch["view_names"]):
+                if name in ("anchor", "intra_neg"):  # read the frame numbers from the pixels
+                    frames = [f for _, f in _codes(batch["views"][b, v])]
+                    steps[name] = set(np.diff(frames).tolist())
+                else:
+                    steps[name] = set(np.diff(np.asarray(info["indices"][v])).tolist())
+            assert steps["anchor"] == {n} and steps["ad_pos"] == {n}
+            assert steps["intra_neg"] == {m} and steps["ad_intra_neg"] == {m}
+
+
+@pytest.mark.parametrize("op", ["reverse", "shuffle"])
+def test_reverse_and_shuffle_negatives_from_pixels(coded, op):
+    cfg = dataclasses.replace(PLAIN, motion_op=op)
+    for batch in _batches(coded, cfg, n=2):
+        for b in range(len(batch["video_id"])):
+            anchor = [f for _, f in _codes(batch["views"][b, 0])]
+            neg = [f for _, f in _codes(batch["views"][b, 2])]
+            d = anchor[1] - anchor[0]
+            assert d > 0 and set(np.diff(anchor).tolist()) == {d}
+            ordered = sorted(neg)
+            assert set(np.diff(ordered).tolist()) == {d}  # same speed, same kind of clip ...
+            assert neg != ordered  # ... but not in playing order
+            if op == "reverse":
+                assert neg == ordered[::-1]
+
+
+def _sample(data, video: str):
+    import tarfile
+
+    for shard in sorted((data / "shards").glob("*.tar")):
+        with tarfile.open(shard) as tar:
+            names = tar.getnames()
+            if f"{video}.json" in names:
+                meta = json.loads(tar.extractfile(f"{video}.json").read())
+                return meta, tar.extractfile(f"{video}.jpgs").read()
+    raise KeyError(video)
+
+
+def test_rad_intra_and_be_use_the_same_video(coded):
+    meta, jpgs = _sample(coded, "v03")
+    for op in ("rad_intra", "be"):
+        cfg = dataclasses.replace(PLAIN, appearance_op=op)
+        out = make_views(meta, jpgs, cfg, np.random.default_rng(0), keep_clean=True)
+        for v, name in enumerate(out["names"]):
+            if not name.startswith("ad_"):
+                continue
+            lam = float(out["lam"][v])
+            residual = out["views"][v].double() - (1 - lam) * out["info"]["clean"][v].double()
+            assert (residual - residual[:, :1]).abs().max() <= 1.0
+            noise = residual[:, 0, 16, 16] / lam
+            video, frame = decode_code(noise.numpy())
+            assert video == 3
+            if op == "be":  # BE: the noise is one frame of the clip itself
+                assert frame in out["info"]["indices"][v].tolist()
+            assert set(out["info"]["donor_ids"][v]) == {"v03"}
+
+
+def test_appearance_op_none_leaves_clips_plain(coded):
+    meta, jpgs = _sample(coded, "v01")
+    out = make_views(meta, jpgs, dataclasses.replace(PLAIN, appearance_op="none"), np.random.default_rng(0))
+    assert out["names"] == ("anchor", "ad_pos", "intra_neg", "ad_intra_neg")
+    assert np.all(out["lam"] == 0)
+    for v in range(4):
+        assert [c for c, _ in _codes(out["views"][v])] == [1] * 8
+
+
+def test_blend_with_rounding_offset_and_colour_offset():
+    from moquad.data.augment import apply_colour
+
+    clip = torch.rand(3, 4, 4, 3) * 255
+    noise = torch.rand(4, 4, 3) * 255
+    assert torch.allclose(blend(clip.clone(), noise, 0.25, offset=0.5), 0.75 * clip + 0.25 * noise + 0.5, atol=1e-4)
+    u8 = torch.randint(0, 256, (2, 4, 4, 3), dtype=torch.uint8)
+    m, b = torch.eye(3) * 1.5, torch.tensor([10.0, -300.0, 0.0])
+    plain, shifted = apply_colour(u8, m, b), apply_colour(u8, m, b, offset=0.5)
+    assert torch.allclose(shifted, plain + 0.5) and plain.min() >= 0 and plain.max() <= 255
