@@ -62,6 +62,7 @@ class LoaderConfig:
     color_strength: float = 0.5
     grayscale: float = 0.2  # probability of grayscale
     colour_on_device: bool = False  # ship colour-jitter matrices, apply them on the GPU in normalize()
+    augment_on_device: bool = False  # workers only decode; crop/flip/colour/RAD run on the accelerator
     shuffle_buffer: int = 64  # samples held in the in-memory shuffle buffer
     workers: int = 2  # DataLoader worker processes per rank
     seed: int = 0

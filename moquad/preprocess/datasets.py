@@ -14,7 +14,8 @@ Layouts (ROOT is what the user passes):
 - ``ssv2``: ``<id>.webm`` and ``something-something-v2-{train,validation,test}.json`` plus
   ``something-something-v2-labels.json``; templates are normalised as the official code does.
 - ``folder``: ``ROOT/<class>/**`` videos (split ``train``), or ``ROOT/{train,val,test}/<class>/**``,
-  or ROOT is a CSV/TSV file with rows ``path,label[,split]`` (paths relative to the file).
+  or ROOT is a CSV/TSV file with rows ``path,label[,split]`` (paths relative to the file);
+  video ids are the relative paths with extension.
 """
 
 from __future__ import annotations
@@ -189,12 +190,15 @@ def list_k400(root: Path) -> Listing:
     index = index_videos(root)
     listing = Listing("k400", classes)
     for split in SPLIT_NAMES:
-        for r in rows.get(split, []):
-            vid = f"{r['youtube_id'].strip()}_{int(float(r['time_start'])):06d}_{int(float(r['time_end'])):06d}"
+        for line, r in enumerate(rows.get(split, []), start=2):
+            try:
+                vid = f"{r['youtube_id'].strip()}_{int(float(r['time_start'])):06d}_{int(float(r['time_end'])):06d}"
+            except (TypeError, ValueError, AttributeError):
+                raise ValueError(f"{csvs[split]} line {line}: expected youtube_id,time_start,time_end values, got "
+                                 f"{r!r}; fix or delete that line") from None
             name = (r.get("label") or "").strip()
             label = by_name.get(name, -1)
-            prefer = "val" if split == "val" else split
-            path = _pick(index.get(vid.lower()), prefer=prefer)
+            path = _pick(index.get(vid.lower()), prefer=split)
             _add(listing, Video(vid, path, split, label, name if label >= 0 else ""))
     return listing
 
@@ -258,7 +262,8 @@ def _class_order(names: set[str]) -> list[str]:
 
 
 def _folder_vid(path: Path, base: Path) -> str:
-    return path.relative_to(base).with_suffix("").as_posix()
+    """Relative path with extension: ``a/x.mp4`` and ``a/x.avi`` are different videos."""
+    return path.relative_to(base).as_posix()
 
 
 def list_folder(root: Path) -> Listing:
@@ -301,7 +306,7 @@ def _list_table(table: Path) -> Listing:
         rel = r[0].strip()
         split = r[2].strip() if len(r) > 2 and r[2].strip() else "train"
         p = Path(rel) if Path(rel).is_absolute() else base / rel
-        vid = Path(rel).with_suffix("").as_posix().lstrip("/")
+        vid = Path(rel).as_posix().lstrip("/")
         cls = r[1].strip()
         _add(listing, Video(vid, p if p.is_file() else None, split, by_name[cls], cls))
     return listing
@@ -327,6 +332,10 @@ def list_dataset(dataset: str, root: str | Path, split: int = 1) -> Listing:
     if not listing.videos and not listing.missing:
         raise ValueError(f"no videos found for {dataset} under {root}; check the layout (see the docstring of "
                          "moquad.preprocess.datasets)")
+    for split in {v.split for v in listing.videos + listing.missing}:
+        if not re.fullmatch(r"[a-z0-9_]+", split) or split == "errors":
+            raise ValueError(f"split name {split!r} in {root} is not usable; use lowercase letters, digits and _ "
+                             "(e.g. train, val, test), not 'errors'")
     ids: set[str] = set()
     for kind in ("videos", "missing"):
         kept = []

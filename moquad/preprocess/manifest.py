@@ -165,11 +165,9 @@ def _check_sample(
     try:
         meta = json.loads(f.read(json_m.size).decode("utf-8"))
         expect = {k: v for k, v in row.items() if k not in WRITER_FIELDS}
-        if meta.get("video_id") != vid or meta.get("checksum") != row["checksum"] or \
-                meta.get("frame_offsets") != row["frame_offsets"]:
-            problems.append(f"{where}: sample .json disagrees with the manifest row")
-        elif set(meta) != set(expect):
-            problems.append(f"{where}: sample .json fields {sorted(set(meta) ^ set(expect))} differ from the manifest")
+        if meta != expect:
+            bad = sorted(k for k in set(meta) | set(expect) if meta.get(k) != expect.get(k))
+            problems.append(f"{where}: sample .json disagrees with the manifest row on {', '.join(bad)}")
     except (UnicodeDecodeError, json.JSONDecodeError):
         problems.append(f"{where}: sample .json is not valid UTF-8 JSON")
     f.seek(jpgs_m.offset_data)
@@ -193,8 +191,9 @@ def verify(data_dir: str | Path) -> list[str]:
     """Re-read every shard and check it against the manifests; returns problems (empty = ok).
 
     Checks offsets, sizes, sha256 checksums, frame index (count, bounds, JPEG markers),
-    sample JSON vs manifest row, duplicate ids, missing shards/samples and orphan shards/samples,
-    split sizes in dataset.json and leftover temp files.
+    sample JSON vs manifest row, labels vs classes, duplicate ids, ids also in errors.parquet,
+    missing shards/samples and orphan shards/samples, split sizes in dataset.json and leftover
+    temp files.
     """
     data_dir = Path(data_dir)
     problems: list[str] = []
@@ -204,6 +203,7 @@ def verify(data_dir: str | Path) -> list[str]:
         return [str(e)]
     rows_by_shard: dict[str, dict[str, dict[str, Any]]] = {}
     seen: set[str] = set()
+    classes = info.get("classes", [])
     for split, n in info.get("splits", {}).items():
         try:
             table = read_manifest(data_dir, split)
@@ -218,7 +218,13 @@ def verify(data_dir: str | Path) -> list[str]:
             seen.add(row["video_id"])
             if row["split"] != split:
                 problems.append(f"video {row['video_id']} in manifests/{split}.parquet has split {row['split']!r}")
+            label = row["label"]
+            if label >= len(classes) or label < -1 or (label >= 0 and row["class_name"] != classes[label]):
+                problems.append(f"video {row['video_id']}: label {label} / class {row['class_name']!r} does not "
+                                "match dataset.json classes")
             rows_by_shard.setdefault(row["shard"], {})[sample_key(row["video_id"])] = row
+    for vid in sorted(seen & set(read_errors(data_dir).column("video_id").to_pylist())):
+        problems.append(f"video {vid} is both in a manifest and in errors.parquet")
     on_disk = {f"shards/{p.name}" for p in (data_dir / "shards").glob("*.tar")}
     for leftover in sorted((data_dir / "shards").glob("*.tmp")):
         problems.append(f"leftover temp file shards/{leftover.name} (an interrupted run; re-run preprocess)")

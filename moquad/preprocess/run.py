@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import time
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +44,8 @@ def _validate(cfg: PreprocessConfig) -> None:
         raise ValueError(f"--short-side {cfg.short_side} is too small; use e.g. 128 (or 0 to keep the size)")
     if cfg.fps is not None and cfg.fps <= 0:
         raise ValueError(f"--fps {cfg.fps} must be positive (omit it to keep the native rate)")
-    if cfg.shard_size < 1_000_000:
-        raise ValueError(f"--shard-size {cfg.shard_size} bytes is too small; use at least 1 MB (default 1 GB)")
+    if cfg.shard_size < 1:
+        raise ValueError(f"--shard-size {cfg.shard_size} must be a positive number of bytes (default 1e9)")
     if cfg.workers < 1:
         raise ValueError("--workers must be at least 1")
     if cfg.limit is not None and cfg.limit < 1:
@@ -67,10 +69,11 @@ def plan(listing: Listing, cfg: PreprocessConfig) -> dict[str, list[Video]]:
     return out
 
 
-def _work(video: Video, short_side: int | None, fps: float | None, quality: int, encoder: str) -> tuple:
+def _work(video: Video, short_side: int | None, fps: float | None, quality: int, encoder: str,
+          threads: int = 0) -> tuple:
     """Worker: transcode one video -> ("ok", row, jpgs) or ("error", reason)."""
     try:
-        fr = transcode(video.path, short_side, fps, quality, encoder)  # type: ignore[arg-type]
+        fr = transcode(video.path, short_side, fps, quality, encoder, threads=threads)  # type: ignore[arg-type]
     except VideoError as e:
         return ("error", str(e))
     except Exception as e:  # noqa: BLE001 - a bad video never stops a run
@@ -82,6 +85,15 @@ def _work(video: Video, short_side: int | None, fps: float | None, quality: int,
         "frame_offsets": fr.frame_offsets, "checksum": hashlib.sha256(fr.jpgs).hexdigest(),
     }
     return ("ok", row, fr.jpgs)
+
+
+def _isolated(video: Video, args: tuple) -> tuple:
+    """Re-run one video alone after the pool died; if it kills its process too, it is the culprit."""
+    with ProcessPoolExecutor(1) as ex:
+        try:
+            return ex.submit(_work, video, *args).result()
+        except BrokenProcessPool:
+            return ("error", "crashed the decoder: its worker process died (corrupt file?)")
 
 
 def _settings(cfg: PreprocessConfig, encoder: str) -> dict[str, Any]:
@@ -102,6 +114,7 @@ def _prepare(out: Path, cfg: PreprocessConfig, listing: Listing, encoder: str) -
                              "re-run with the same settings to resume, or use a new --out")
     manifest.write_json({"settings": settings, "name": listing.name, "classes": listing.classes,
                          "config": to_dict(cfg)}, pdir / f"config-{cfg.part:03d}.json")
+    (pdir / f"done-{cfg.part:03d}.json").unlink(missing_ok=True)  # written again when this run ends
     (out / "shards").mkdir(parents=True, exist_ok=True)
 
 
@@ -148,8 +161,12 @@ def _progress(quiet: bool):
     )
 
 
-def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = False) -> dict[str, Any]:
+def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = False,
+               threads: int | None = None) -> dict[str, Any]:
     """Run (or resume) part ``cfg.part`` of a preprocessing job; returns the summary dict.
+
+    ``encoder``: ``mjpeg`` (ffmpeg) or ``simplejpeg``; ``threads``: ffmpeg threads per video
+    (default: the machine's cores shared among ``cfg.workers``).
 
     The summary covers this part (``"merged"`` holds the merged totals when this run finished the
     last outstanding part). Bad videos become rows in errors.parquet; they never raise.
@@ -187,29 +204,35 @@ def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = F
             writers[split] = ShardWriter(out, split, cfg.part, next_shard.get(split, 0), cfg.shard_size)
         return writers[split]
 
-    args = (cfg.short_side or None, cfg.fps, cfg.jpeg_quality, encoder)
+    if threads is None:
+        threads = max(1, (os.cpu_count() or 1) // cfg.workers) if cfg.workers > 1 else 0
+    args = (cfg.short_side or None, cfg.fps, cfg.jpeg_quality, encoder, threads)
     pool = ProcessPoolExecutor(cfg.workers) if cfg.workers > 1 and len(work) > 1 else None
     n_ok = n_failed = 0
+    inflight: deque[tuple[Video, Future | None]] = deque()
+    it = iter(work)
+
+    def submit() -> None:
+        v = next(it, None)
+        if v is not None:
+            inflight.append((v, pool.submit(_work, v, *args)) if pool else (v, None))
+
     try:
+        for _ in range(cfg.workers * 4 if pool else 1):  # workers fork here, before the progress thread
+            submit()
         with _progress(quiet) as progress:
             task = progress.add_task(f"{listing.name} part {cfg.part}/{cfg.num_parts}", total=len(work),
                                      rate="-", ok=0, failed=0)
-            inflight: deque[Future | tuple] = deque()
-            it = iter(work)
-            start = time.perf_counter()
-
-            def submit() -> bool:
-                v = next(it, None)
-                if v is None:
-                    return False
-                inflight.append((v, pool.submit(_work, v, *args)) if pool else (v, None))
-                return True
-
-            for _ in range(cfg.workers * 4 if pool else 1):
-                submit()
+            start = last_log = time.perf_counter()
             while inflight:
                 v, fut = inflight.popleft()
-                result = fut.result() if fut is not None else _work(v, *args)
+                try:
+                    result = fut.result() if fut is not None else _work(v, *args)
+                except BrokenProcessPool:  # a worker died (e.g. a decoder crash): isolate, then go on
+                    result = _isolated(v, args)
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    pool = ProcessPoolExecutor(cfg.workers)
+                    inflight = deque((u, pool.submit(_work, u, *args)) for u, _ in inflight)
                 submit()
                 if result[0] == "ok":
                     w = writer(v.split)
@@ -222,8 +245,14 @@ def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = F
                     pending_errors.append(_error_row(v, result[1]))
                     n_failed += 1
                 done_n = n_ok + n_failed
-                rate = done_n / max(time.perf_counter() - start, 1e-9)
+                now = time.perf_counter()
+                rate = done_n / max(now - start, 1e-9)
                 progress.update(task, advance=1, rate=f"{rate:.1f}", ok=n_ok, failed=n_failed)
+                if not quiet and not progress.console.is_terminal and (now - last_log > 60 or done_n == len(work)):
+                    last_log = now  # batch jobs (SLURM logs): a plain line a minute instead of a live bar
+                    eta = (len(work) - done_n) / max(rate, 1e-9)
+                    progress.console.print(f"{done_n}/{len(work)} videos, {rate:.1f} videos/s, ok {n_ok}, "
+                                           f"failed {n_failed}, ETA {eta / 60:.1f} min")
         for w in writers.values():
             w.commit()
         flush_errors()
@@ -241,11 +270,13 @@ def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = F
     if not quiet:
         print_summary(summary, title=f"{listing.name} -> {out}" + (f" (part {cfg.part}/{cfg.num_parts})"
                                                                      if cfg.num_parts > 1 else ""))
-        if cfg.num_parts > 1 and "merged" not in summary:
+        if cfg.num_parts > 1 and "merged" in summary:
+            print_summary(summary["merged"], title=f"all {cfg.num_parts} parts merged -> {out}")
+        elif cfg.num_parts > 1:
             from rich.console import Console
 
-            Console().print(f"part {cfg.part} done; run `moquad preprocess --merge --out {out}` once all "
-                            f"{cfg.num_parts} parts finished")
+            Console().print(f"part {cfg.part} done; once all {cfg.num_parts} parts finished, run "
+                            f"`moquad preprocess {cfg.dataset} {cfg.root} --out {out} --merge`")
     return summary
 
 

@@ -1,0 +1,180 @@
+"""Preprocess throughput and storage vs a bare ffmpeg decode of the same files.
+
+    nice python benchmarks/bench_preprocess.py [--repeats 3] [--short-side 128] [--alt]
+
+Rows (median of ``--repeats`` interleaved runs, one core: every ffmpeg runs with ``-threads 1``):
+- ``ffmpeg decode``: ``ffmpeg -threads 1 -i f -map 0:v -f null -`` over the files (the floor);
+- ``transcode mjpeg`` / ``transcode simplejpeg``: moquad's per-video transcoding (probe, decode,
+  rotate, scale, JPEG) with each encoder; ``ratio`` is its time over the bare decode's;
+- ``preprocess, whole command``: listing, pool, shard writing, manifests, with 1 and ``--workers``
+  workers (one ffmpeg thread each); its ratio is core-seconds over the bare decode's.
+Storage: shard bytes vs source bytes, and PSNR of the stored frames against the scaled raw frames.
+``--alt`` also measures the frame-store alternative: small-GOP MPEG-4 Part 2 video per sample
+(``-g 16 -bf 0``), its bytes, PSNR and the time to decode a random 16-frame clip vs JPEG frames.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from moquad.config import PreprocessConfig
+from moquad.data.frames import decode_frames
+from moquad.preprocess import transcode as T
+from moquad.preprocess.run import preprocess
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real-videos"
+
+
+def _median_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def bare_decode(files: list[Path]) -> None:
+    for f in files:
+        subprocess.run([T.ffmpeg_exe(), "-nostdin", "-v", "error", "-threads", "1", "-i", str(f), "-map", "0:v:0",
+                        "-f", "null", "-"], check=True)
+
+
+def raw_frames(path: Path, short_side: int) -> np.ndarray:
+    info = T.probe(path)
+    w, h = T.output_size(info.width, info.height, info.rotation, short_side)
+    raw = T._run_ffmpeg(path, {"vf": f"scale={w}:{h}:flags=area", "an": None, "fps_mode": "passthrough",
+                               "f": "rawvideo", "pix_fmt": "rgb24"}, 1)
+    return np.frombuffer(raw, np.uint8).reshape(-1, h, w, 3)
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float32) - b.astype(np.float32)) ** 2)
+    return float(10 * np.log10(255.0**2 / max(mse, 1e-9)))
+
+
+def mpeg4_store(path: Path, short_side: int, qv: int = 3, gop: int = 16) -> bytes:
+    info = T.probe(path)
+    w, h = T.output_size(info.width, info.height, info.rotation, short_side)
+    # timestamps rewritten to frame numbers (1/25 s each) so a frame's index is its timestamp
+    return T._run_ffmpeg(path, {"vf": f"scale={w}:{h}:flags=area,settb=1/25,setpts=N", "an": None, "enc_time_base": "1/25",
+                                "fps_mode": "passthrough", "map_metadata": -1, "c:v": "mpeg4", "q:v": qv, "g": gop,
+                                "bf": 0, "sc_threshold": 1_000_000_000, "f": "matroska"}, 1)
+
+
+def decode_clip_mpeg4(data: bytes, indices: list[int], gop: int = 16) -> np.ndarray:
+    """Decode ``indices`` (sorted) of a small-GOP stream: seek to the keyframe at or before the first,
+    decode forward to the last, convert to RGB only the frames asked for (fair to the codec)."""
+    import av
+
+    wanted = set(indices)
+    with av.open(io.BytesIO(data), metadata_errors="replace") as c:
+        s = c.streams.video[0]
+        s.thread_count = 1
+        c.seek(int(indices[0] // gop * gop / 25 / s.time_base), stream=s, backward=True, any_frame=False)
+        out = []
+        for f in c.decode(s):
+            i = int(round(float(f.pts * s.time_base) * 25))
+            if i in wanted:
+                out.append(f.to_ndarray(format="rgb24"))
+            if i >= indices[-1]:
+                break
+        return np.stack(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--videos", type=Path, default=REAL)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--short-side", type=int, default=128)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--alt", action="store_true", help="also measure small-GOP MPEG-4 as the frame store")
+    args = ap.parse_args()
+    files = sorted(p for p in args.videos.iterdir() if p.suffix.lower() in T.VIDEO_EXTENSIONS)
+    if not files:
+        sys.exit(f"no videos in {args.videos}")
+    src_bytes = sum(p.stat().st_size for p in files)
+    frames = {p: T.transcode(p, args.short_side, threads=1) for p in files}  # warm-up + reference output
+    n_frames = sum(f.num_frames for f in frames.values())
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "raw"
+        for p in files:
+            (root / "all").mkdir(parents=True, exist_ok=True)
+            (root / "all" / p.name).symlink_to(p)
+
+        def run_all(workers: int, i=[0]) -> None:  # noqa: B006 - a fresh output folder per repeat
+            i[0] += 1
+            preprocess(PreprocessConfig(dataset="folder", root=str(root), out=f"{tmp}/out{i[0]}",
+                                        short_side=args.short_side, workers=workers), quiet=True, threads=1)
+
+        steps = [("ffmpeg decode (floor)", 1, lambda: bare_decode(files))]
+        for enc in ("mjpeg", "simplejpeg"):
+            steps.append((f"transcode {enc}", 1,
+                          lambda e=enc: [T.transcode(p, args.short_side, encoder=e, threads=1) for p in files]))
+        for w in sorted({1, args.workers}):
+            steps.append((f"preprocess, whole command ({w} worker{'s' if w > 1 else ''})", w, lambda w=w: run_all(w)))
+        # interleaved repeats: on a shared machine every step sees the same background load
+        times: dict[str, list[float]] = {name: [] for name, _, _ in steps}
+        for _ in range(args.repeats):
+            for name, _, fn in steps:
+                t = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t)
+        shard_bytes = sum(p.stat().st_size for p in Path(f"{tmp}/out1/shards").glob("*.tar"))
+    t_dec = statistics.median(times[steps[0][0]])
+    rows = [(name, statistics.median(times[name]), statistics.median(times[name]) * cores / t_dec, cores)
+            for name, cores, _ in steps]
+
+    print(f"\n{len(files)} videos, {n_frames} frames, {src_bytes / 1e6:.1f} MB source, short side {args.short_side}, "
+          f"median of {args.repeats}\n")
+    print("| step | cores | s | videos/s/core | frames/s/core | core-time vs bare decode |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, t, ratio, cores in rows:
+        print(f"| {name} | {cores} | {t:.2f} | {len(files) / t / cores:.2f} | {n_frames / t / cores:.0f} | {ratio:.2f}x |")
+
+    ref = {p: raw_frames(p, args.short_side) for p in files}
+    jpeg_psnr = statistics.mean(
+        psnr(decode_frames(f.jpgs, f.frame_offsets, range(f.num_frames)), ref[p]) for p, f in frames.items())
+    print(f"\nshards {shard_bytes / 1e6:.1f} MB = {shard_bytes / src_bytes:.2f}x source bytes; "
+          f"JPEG payload PSNR {jpeg_psnr:.1f} dB vs scaled raw frames")
+
+    if args.alt:
+        rng = np.random.default_rng(0)
+        jpeg_bytes = sum(len(f.jpgs) for f in frames.values())
+        starts = [(p, float(rng.random())) for p in files for _ in range(5)]
+
+        def clip(p: Path, u: float, d: int) -> list[int]:  # 16 frames at dilation d, random start
+            n = frames[p].num_frames
+            s = int(u * max(1, n - 16 * d))
+            return sorted({min(s + d * k, n - 1) for k in range(16)})
+
+        def t_clips(decode, d: int) -> float:
+            return 1000 * _median_time(lambda: [decode(p, clip(p, u, d)) for p, u in starts], args.repeats) / len(starts)
+
+        jpeg = lambda p, ix: decode_frames(frames[p].jpgs, frames[p].frame_offsets, ix)  # noqa: E731
+        print("\n| frame store | MB | vs JPEG bytes | PSNR dB | clip decode ms, dilation 1 / 2 / 4 |")
+        print("|---|---:|---:|---:|---:|")
+        times = " / ".join(f"{t_clips(jpeg, d):.1f}" for d in (1, 2, 4))
+        print(f"| JPEG frames (chosen) | {jpeg_bytes / 1e6:.1f} | 1.00x | {jpeg_psnr:.1f} | {times} |")
+        for qv, gop in ((3, 16), (2, 16), (2, 8)):
+            store = {p: mpeg4_store(p, args.short_side, qv, gop) for p in files}
+            alt_bytes = sum(len(b) for b in store.values())
+            alt_psnr = statistics.mean(
+                psnr(decode_clip_mpeg4(store[p], list(range(frames[p].num_frames)), gop), ref[p]) for p in files)
+            mp4 = lambda p, ix, st=store, g=gop: decode_clip_mpeg4(st[p], ix, g)  # noqa: E731
+            times = " / ".join(f"{t_clips(mp4, d):.1f}" for d in (1, 2, 4))
+            print(f"| MPEG-4 Part 2, GOP {gop}, q:v {qv} | {alt_bytes / 1e6:.1f} | {alt_bytes / jpeg_bytes:.2f}x | "
+                  f"{alt_psnr:.1f} | {times} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Dataset adapters: each official layout -> the expected (video_id, split, label, class) list."""
+
+from __future__ import annotations
+
+import pytest
+from test_preprocess_layouts import make_hmdb51, make_k400, make_ssv2, make_ucf101
+
+from moquad.preprocess.datasets import list_dataset, ssv2_label_name
+
+
+def _by_id(listing):
+    return {v.video_id: v for v in listing.videos}
+
+
+def test_ucf101_lists_splits_labels_and_missing(real_videos_dir, tmp_path):
+    expect = make_ucf101(tmp_path, real_videos_dir)
+    listing = list_dataset("ucf101", tmp_path, split=1)
+    assert listing.classes == ["CartWheel", "Wave"]
+    got = _by_id(listing)
+    assert set(got) | {v.video_id for v in listing.missing} == set(expect)
+    assert [v.video_id for v in listing.missing] == ["v_Wave_g99_c01"]
+    for vid, v in got.items():
+        assert (v.split, v.label, v.class_name) == (expect[vid]["split"], expect[vid]["label"], expect[vid]["class_name"])
+        if expect[vid]["path"] is not None:
+            assert v.path.resolve() == expect[vid]["path"].resolve()
+    with pytest.raises(FileNotFoundError, match="trainlist02"):
+        list_dataset("ucf101", tmp_path, split=2)
+    with pytest.raises(ValueError, match="splits 1, 2, 3"):
+        list_dataset("ucf101", tmp_path, split=4)
+
+
+def test_hmdb51_split_codes(real_videos_dir, tmp_path):
+    expect = make_hmdb51(tmp_path, real_videos_dir)
+    listing = list_dataset("hmdb51", tmp_path, split=1)
+    assert listing.classes == ["cartwheel", "wave"]
+    got = _by_id(listing)
+    assert set(got) == set(expect)  # code 0 (unused) is skipped
+    for vid, e in expect.items():
+        assert (got[vid].split, got[vid].label, got[vid].class_name) == (e["split"], e["label"], e["class_name"])
+    assert not listing.missing
+
+
+@pytest.mark.parametrize("class_folders", [True, False])
+def test_k400_csvs_flat_or_class_folders_and_missing(real_videos_dir, tmp_path, class_folders):
+    expect = make_k400(tmp_path, real_videos_dir, class_folders)
+    listing = list_dataset("k400", tmp_path)
+    assert listing.classes == ["flipping pancake", "segwaying"]
+    got = _by_id(listing)
+    assert {v.video_id for v in listing.missing} == {"missingXYZ0_000005_000015"}
+    assert set(got) == {k for k, e in expect.items() if e["path"] is not None}
+    for vid, v in got.items():
+        assert (v.split, v.label, v.class_name) == (expect[vid]["split"], expect[vid]["label"], expect[vid]["class_name"])
+        assert v.path.resolve() == expect[vid]["path"].resolve()
+
+
+def test_ssv2_template_normalisation(real_videos_dir, tmp_path):
+    assert ssv2_label_name("Putting [something] on [something]") == "Putting something on something"
+    expect = make_ssv2(tmp_path, real_videos_dir)
+    listing = list_dataset("ssv2", tmp_path)
+    got = _by_id(listing)
+    assert {k: (v.split, v.label) for k, v in got.items()} == {k: (e["split"], e["label"]) for k, e in expect.items()}
+    assert listing.classes[1] == "Pushing something from left to right"
+
+
+def test_folder_class_dirs_split_dirs_and_csv(real_videos_dir, tmp_path):
+    a = tmp_path / "a"
+    for cls, clip in (("jump", "part_0.mp4"), ("run", "test.avi"), ("run", "flipping_a_pancake.mkv")):
+        (a / cls / "sub").mkdir(parents=True, exist_ok=True)
+        (a / cls / "sub" / clip).symlink_to(real_videos_dir / clip)
+    (a / "run" / "notes.txt").write_text("not a video")
+    listing = list_dataset("folder", a)
+    assert listing.classes == ["jump", "run"]
+    assert sorted((v.video_id, v.label, v.split) for v in listing.videos) == [
+        ("jump/sub/part_0.mp4", 0, "train"), ("run/sub/flipping_a_pancake.mkv", 1, "train"),
+        ("run/sub/test.avi", 1, "train")]
+
+    b = tmp_path / "b"
+    for split, cls in (("train", "x"), ("val", "y"), ("train", "y")):
+        (b / split / cls).mkdir(parents=True)
+        (b / split / cls / "part_0.mp4").symlink_to(real_videos_dir / "part_0.mp4")
+    listing = list_dataset("folder", b)
+    assert sorted((v.video_id, v.split, v.class_name) for v in listing.videos) == [
+        ("train/x/part_0.mp4", "train", "x"), ("train/y/part_0.mp4", "train", "y"), ("val/y/part_0.mp4", "val", "y")]
+
+    tsv = tmp_path / "list.tsv"
+    tsv.write_text(f"path\tlabel\tsplit\n{real_videos_dir / 'part_0.mp4'}\t3\ttrain\n"
+                   f"{real_videos_dir / 'test.avi'}\t1\ttest\nnot_there.mp4\t3\ttest\n")
+    listing = list_dataset("folder", tsv)
+    assert listing.classes == ["1", "3"]
+    assert {(v.split, v.class_name, v.label) for v in listing.videos} == {("train", "3", 1), ("test", "1", 0)}
+    assert [v.video_id for v in listing.missing] == ["not_there.mp4"]
+    # the same stem with two extensions is two videos
+    (a / "jump" / "sub" / "part_0.avi").symlink_to(real_videos_dir / "test.avi")
+    assert len(list_dataset("folder", a).videos) == 4
+
+
+def test_bad_arguments_say_what_to_do(tmp_path):
+    with pytest.raises(ValueError, match="unknown dataset"):
+        list_dataset("kinetics", tmp_path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        list_dataset("folder", tmp_path / "nope")
+    with pytest.raises(ValueError, match="no videos found"):
+        list_dataset("folder", tmp_path)
+    with pytest.raises(FileNotFoundError, match="train.csv"):
+        list_dataset("k400", tmp_path)
+    with pytest.raises(FileNotFoundError, match="labels.json"):
+        list_dataset("ssv2", tmp_path)
+    with pytest.raises(FileNotFoundError, match="ucfTrainTestlist"):
+        list_dataset("ucf101", tmp_path)
+    bad_split = tmp_path / "l.csv"
+    bad_split.write_text("a.mp4,x,Train Set\n")
+    with pytest.raises(ValueError, match="split name 'Train Set'"):
+        list_dataset("folder", bad_split)

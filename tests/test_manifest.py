@@ -1,0 +1,103 @@
+"""Manifest readers and ``verify``: a clean dataset passes, every kind of damage is reported."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pyarrow as pa
+import pytest
+from test_preprocess_layouts import make_ucf101
+
+from moquad.config import PreprocessConfig
+from moquad.preprocess import manifest as M
+from moquad.preprocess.run import preprocess
+
+
+@pytest.fixture(scope="module")
+def clean(real_videos_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("raw")
+    make_ucf101(root, real_videos_dir, with_broken=False)
+    out = tmp_path_factory.mktemp("out") / "d"
+    preprocess(PreprocessConfig(dataset="ucf101", root=str(root), out=str(out), short_side=32, workers=1,
+                                shard_size=300_000), quiet=True)
+    return out
+
+
+@pytest.fixture
+def copy(clean, tmp_path):
+    dst = tmp_path / "d"
+    shutil.copytree(clean, dst)
+    return dst
+
+
+def test_readers_and_schema(clean):
+    info = M.read_dataset_info(clean)
+    assert info["schema_version"] == M.SCHEMA_VERSION and info["name"] == "ucf101"
+    table = M.read_manifest(clean, "train")
+    assert table.schema.equals(M.MANIFEST_SCHEMA)
+    assert table.num_rows == info["splits"]["train"]
+    paths = M.shard_paths(clean, "train")
+    assert paths == sorted(paths) and all(p.is_file() and p.name.startswith("train-000-") for p in paths)
+    assert M.read_errors(clean).num_rows == 0
+    with pytest.raises(FileNotFoundError, match="available: test, train"):
+        M.read_manifest(clean, "val")
+    with pytest.raises(FileNotFoundError, match="run `moquad preprocess"):
+        M.read_dataset_info(clean / "nope")
+    assert M.verify(clean) == []
+
+
+def _first(out, split="train"):
+    return M.read_manifest(out, split).to_pylist()[0]
+
+
+def test_verify_detects_corrupted_payload(copy):
+    row = _first(copy)
+    with open(copy / row["shard"], "r+b") as f:
+        f.seek(row["jpgs_offset"] + row["frame_offsets"][1] + 50)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0xFF]))
+    problems = M.verify(copy)
+    assert len(problems) == 1 and "checksum mismatch" in problems[0] and row["video_id"] in problems[0]
+
+
+def test_verify_detects_wrong_offsets_and_frame_index(copy):
+    table = M.read_manifest(copy, "train")
+    rows = table.to_pylist()
+    rows[0]["jpgs_offset"] += 512
+    rows[1]["frame_offsets"] = rows[1]["frame_offsets"][:-1]
+    M.write_table(pa.Table.from_pylist(rows, schema=M.MANIFEST_SCHEMA), copy / "manifests" / "train.parquet")
+    problems = "\n".join(M.verify(copy))
+    assert "jpgs_offset" in problems and rows[0]["video_id"] in problems
+    assert "frame offsets for num_frames" in problems or "disagrees" in problems
+
+
+def test_verify_detects_missing_orphan_and_leftovers(copy):
+    shards = M.shard_paths(copy, "train")
+    shards[0].unlink()
+    shutil.copy(shards[1], copy / "shards" / "train-009-000000.tar")
+    (copy / "shards" / "test-000-000007.tar.tmp").write_bytes(b"half")
+    problems = "\n".join(M.verify(copy))
+    assert f"missing shard shards/{shards[0].name}" in problems
+    assert "orphan shard shards/train-009-000000.tar" in problems
+    assert "leftover temp file" in problems
+
+
+def test_verify_detects_dropped_and_duplicated_rows(copy):
+    rows = M.read_manifest(copy, "train").to_pylist()
+    M.write_table(pa.Table.from_pylist(rows[2:] + rows[2:3], schema=M.MANIFEST_SCHEMA),
+                  copy / "manifests" / "train.parquet")
+    problems = "\n".join(M.verify(copy))
+    assert "orphan" in problems  # dropped rows: their samples (or whole shard) are not in the manifest
+    assert "more than once" in problems
+    info = json.loads((copy / "dataset.json").read_text())
+    assert f"says {info['splits']['train']} train videos" in problems
+
+
+def test_verify_detects_labels_outside_the_classes(copy):
+    rows = M.read_manifest(copy, "test").to_pylist()
+    rows[0]["label"] = 7
+    M.write_table(pa.Table.from_pylist(rows, schema=M.MANIFEST_SCHEMA), copy / "manifests" / "test.parquet")
+    problems = "\n".join(M.verify(copy))
+    assert "label 7" in problems and "does not match dataset.json classes" in problems
