@@ -9,9 +9,9 @@ it, which makes it a cheap, honest sanity check for motion-focused pre-training.
 Layout (as UCF101)::
 
     OUT/UCF-101/<Class>/v_<Class>_gGG_cCC.avi      MPEG-4 Part 2 in AVI, like UCF101's XviD
-    OUT/ucfTrainTestlist/classInd.txt              "1 MoveRight" ...
-    OUT/ucfTrainTestlist/trainlist01.txt           "MoveRight/v_MoveRight_g05_c01.avi 1"
-    OUT/ucfTrainTestlist/testlist01.txt            "MoveRight/v_MoveRight_g01_c01.avi"
+    OUT/ucfTrainTestlist/classInd.txt              "1 MoveUp" ...
+    OUT/ucfTrainTestlist/trainlist01.txt           "MoveUp/v_MoveUp_g05_c01.avi 1"
+    OUT/ucfTrainTestlist/testlist01.txt            "MoveUp/v_MoveUp_g01_c01.avi"
 
 As in UCF101 the test split is made of whole groups (the first ~30% of groups), and the
 two clips of a group share their background, so a test video never shares a scene with
@@ -27,15 +27,18 @@ import av
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
+# The first four classes stay distinct under horizontal flip (a standard augmentation): the
+# mirror pairs MoveRight/MoveLeft, Rotate(Counter)Clockwise and Orbit(Counter)Clockwise do not,
+# so a flip-augmented model is trained to confuse them (use them with flip disabled).
 MOTIONS = (
-    "MoveRight",
-    "MoveLeft",
     "MoveUp",
     "MoveDown",
-    "RotateClockwise",
-    "RotateCounterClockwise",
     "Grow",
     "Shrink",
+    "MoveRight",
+    "MoveLeft",
+    "RotateClockwise",
+    "RotateCounterClockwise",
     "OrbitClockwise",
     "OrbitCounterClockwise",
 )
