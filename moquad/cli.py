@@ -63,7 +63,7 @@ def _need_file(path: str, what: str, hint: str) -> None:
 @_friendly
 def synth(
     out: str = typer.Argument(..., help="Folder to write the UCF101-layout dataset into."),
-    classes: int = typer.Option(4, help="Number of motion classes (1-10)."),
+    classes: int = typer.Option(4, help="Number of motion classes (1-5)."),
     per_class: int = typer.Option(8, help="Videos per class."),
     size: int = typer.Option(64, help="Frame width and height in pixels."),
     frames: int = typer.Option(48, help="Frames per video (25 fps)."),

@@ -1,17 +1,17 @@
 """A small synthetic motion dataset, written as real video files in UCF101's layout.
 
 Every video shows one textured object moving over a textured background. The class is
-the MOTION only (direction of travel, rotation sense, growing or shrinking); background,
-object texture, colour, shape, start position and speed are drawn independently of the
-class. A representation that only encodes appearance therefore retrieves at chance on
+the TYPE of motion only (translate, rotate, scale, oscillate, orbit); background, object
+texture, colour, shape, start position, speed and the motion's direction are drawn
+independently of the class. A representation that only encodes appearance therefore retrieves at chance on
 it, which makes it a cheap, honest sanity check for motion-focused pre-training.
 
 Layout (as UCF101)::
 
     OUT/UCF-101/<Class>/v_<Class>_gGG_cCC.avi      MPEG-4 Part 2 in AVI, like UCF101's XviD
-    OUT/ucfTrainTestlist/classInd.txt              "1 MoveUp" ...
-    OUT/ucfTrainTestlist/trainlist01.txt           "MoveUp/v_MoveUp_g05_c01.avi 1"
-    OUT/ucfTrainTestlist/testlist01.txt            "MoveUp/v_MoveUp_g01_c01.avi"
+    OUT/ucfTrainTestlist/classInd.txt              "1 Translate" ...
+    OUT/ucfTrainTestlist/trainlist01.txt           "Translate/v_Translate_g05_c01.avi 1"
+    OUT/ucfTrainTestlist/testlist01.txt            "Translate/v_Translate_g01_c01.avi"
 
 As in UCF101 the test split is made of whole groups (the first ~30% of groups), and the
 two clips of a group share their background, so a test video never shares a scene with
@@ -27,21 +27,10 @@ import av
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-# The first four classes stay distinct under horizontal flip (a standard augmentation): the
-# mirror pairs MoveRight/MoveLeft, Rotate(Counter)Clockwise and Orbit(Counter)Clockwise do not,
-# so a flip-augmented model is trained to confuse them (use them with flip disabled).
-MOTIONS = (
-    "MoveUp",
-    "MoveDown",
-    "Grow",
-    "Shrink",
-    "MoveRight",
-    "MoveLeft",
-    "RotateClockwise",
-    "RotateCounterClockwise",
-    "OrbitClockwise",
-    "OrbitCounterClockwise",
-)
+# A class is a TYPE of motion; its direction (angle, sense, grow/shrink), speed, phase and
+# start position are random per video. So classes are unchanged by horizontal flip, time
+# reversal and playback speed, and only a representation of the motion itself separates them.
+MOTIONS = ("Translate", "Rotate", "Scale", "Oscillate", "Orbit")
 CLIPS_PER_GROUP = 2
 FPS = 25
 
@@ -89,35 +78,31 @@ def _render(motion: str, background: Image.Image, rng: np.random.Generator, size
     speed = rng.uniform(0.6, 1.4) * size / 64  # pixels per frame at 25 fps
     x0, y0 = rng.uniform(0, size, 2)
     angle0 = rng.uniform(0, 360)
+    direction = rng.uniform(0, 2 * math.pi)  # of travel (Translate) or of the swing (Oscillate)
+    sense = 1 if rng.random() < 0.5 else -1  # rotation / orbit sense, grow or shrink
     out = np.empty((frames, size, size, 3), np.uint8)
     for t in range(frames):
         x, y, angle, scale = x0, y0, angle0, 1.0
-        if motion == "MoveRight":
-            x = x0 + speed * t
-        elif motion == "MoveLeft":
-            x = x0 - speed * t
-        elif motion == "MoveUp":
-            y = y0 - speed * t
-        elif motion == "MoveDown":
-            y = y0 + speed * t
-        elif motion == "RotateClockwise":
-            angle = angle0 - 6 * speed * t
-        elif motion == "RotateCounterClockwise":
-            angle = angle0 + 6 * speed * t
-        elif motion in ("Grow", "Shrink"):
+        if motion == "Translate":
+            x, y = x0 + speed * t * math.cos(direction), y0 + speed * t * math.sin(direction)
+        elif motion == "Rotate":
+            angle = angle0 + sense * 6 * speed * t
+        elif motion == "Scale":
             phase = (t * speed / size * 2) % 1.0  # sawtooth so long videos keep the motion
-            scale = 0.5 + phase if motion == "Grow" else 1.5 - phase
-        elif motion in ("OrbitClockwise", "OrbitCounterClockwise"):
-            sign = 1 if motion == "OrbitClockwise" else -1
-            a = sign * speed * t / (size / 4)
-            x, y = size / 2 + size / 4 * math.cos(a + angle0), size / 2 + size / 4 * math.sin(a + angle0)
+            scale = 0.5 + phase if sense > 0 else 1.5 - phase
+        elif motion == "Oscillate":
+            offset = size / 8 * math.sin(2 * math.pi * speed * t / 10 + angle0)
+            x, y = x0 + offset * math.cos(direction), y0 + offset * math.sin(direction)
+        elif motion == "Orbit":
+            a = sense * speed * t / (size / 4) + angle0
+            x, y = size / 2 + size / 4 * math.cos(a), size / 2 + size / 4 * math.sin(a)
         else:
             raise ValueError(f"unknown motion {motion!r}")
         spr, msk = sprite, mask
         if scale != 1.0:
             s = max(2, int(side * scale))
             spr, msk = spr.resize((s, s), Image.BILINEAR), msk.resize((s, s), Image.BILINEAR)
-        if angle != angle0 or motion.startswith("Rotate"):
+        if motion == "Rotate":
             spr, msk = spr.rotate(angle, resample=Image.BILINEAR), msk.rotate(angle, resample=Image.BILINEAR)
         frame = background.copy()
         w = spr.size[0]
@@ -152,7 +137,7 @@ def make_synth(
 ) -> Path:
     """Write the dataset under ``out`` and return ``out``.
 
-    ``classes`` (1..10) motion classes with ``per_class`` videos each, ``size`` x ``size``
+    ``classes`` (1..5) motion classes with ``per_class`` videos each, ``size`` x ``size``
     pixels, ``frames`` frames at 25 fps. Deterministic for a given seed.
     """
     if not 1 <= classes <= len(MOTIONS):
