@@ -175,6 +175,8 @@ def pretrain(
     workers: int | None = typer.Option(None, help="Data loader processes per rank."),
     colour_on_device: bool | None = typer.Option(None, "--colour-on-device/--colour-on-cpu",
                                                  help="Apply colour jitter on the GPU (frees loader CPU)."),
+    augment_on_device: bool | None = typer.Option(None, "--augment-on-device/--augment-on-cpu",
+                                                  help="Workers only decode; crop, flip, colour and RAD run on the GPU."),
     steps_per_epoch: int | None = typer.Option(None, help="Override batches per epoch."),
     ckpt_every: int | None = typer.Option(None, help="Checkpoint every N steps."),
     sync_bn: bool | None = typer.Option(None, "--sync-bn/--no-sync-bn", help="SyncBatchNorm across ranks."),
@@ -197,7 +199,7 @@ def pretrain(
             "loader.frames": frames, "loader.size": size, "loader.appearance_op": appearance_op,
             "loader.motion_op": motion_op, "loader.ad_pos": ad_pos, "loader.intra_neg": intra_neg,
             "loader.ad_intra_neg": ad_intra_neg, "loader.workers": workers, "loader.seed": seed,
-            "loader.colour_on_device": colour_on_device,
+            "loader.colour_on_device": colour_on_device, "loader.augment_on_device": augment_on_device,
         },
     )
     if cfg.method not in ("moquad", "simclr"):

@@ -72,7 +72,6 @@ def _plot(results: dict[str, dict], path: Path) -> None:
 
 def quickstart(out: str | Path, epochs: int = 30, classes: int = 4, per_class: int = 12, seed: int = 0) -> dict:
     """Run every stage; return ``{method: retrieval result}``."""
-    from moquad.eval.retrieve import retrieve
     from moquad.preprocess.manifest import verify
     from moquad.preprocess.run import preprocess
     from moquad.synth import make_synth
@@ -109,6 +108,8 @@ def quickstart(out: str | Path, epochs: int = 30, classes: int = 4, per_class: i
     checkpoints = {"random init": random_ckpt, **checkpoints}
 
     console.rule("[bold]4/4 retrieve: test split queries the train split")
+    from moquad.eval.retrieve import retrieve  # imports lance: after every forking stage (it is not fork-safe)
+
     results = {}
     for name, ckpt in checkpoints.items():
         results[name] = retrieve(demo_eval_config(shards, ckpt, out / "eval" / name.replace(" ", "_")))

@@ -193,3 +193,50 @@ def test_blend_with_rounding_offset_and_colour_offset():
     m, b = torch.eye(3) * 1.5, torch.tensor([10.0, -300.0, 0.0])
     plain, shifted = apply_colour(u8, m, b), apply_colour(u8, m, b, offset=0.5)
     assert torch.allclose(shifted, plain + 0.5) and plain.min() >= 0 and plain.max() <= 255
+
+
+# ---------------------------------------------------------------- augment_on_device
+
+
+def _unnormalise(y: torch.Tensor) -> torch.Tensor:
+    from moquad.data.augment import MEAN, STD
+
+    shape = (3, 1, 1, 1)
+    return (y.double() * torch.tensor(STD).view(shape) + torch.tensor(MEAN).view(shape)) * 255
+
+
+@pytest.mark.parametrize("op", ["rad_inter", "rad_intra", "be"])
+def test_device_rad_residual_is_the_same_image_on_every_frame(coded, op):
+    """After device_augment, P-bar - (1 - lam) * P (P: the same batch with lam = 0) is the same image on every
+    frame: lam * D, D the mosaic of the shipped donor windows (BE: a frame of the augmented clip)."""
+    from moquad.data.augment import device_augment
+
+    cfg = dataclasses.replace(PLAIN, appearance_op=op, rad_lambda=(0.3, 0.5), crop_scale=(0.3, 1.0), flip=True,
+                              color_jitter=1.0, grayscale=0.3)
+    batch = next(iter(make_loader(coded, cfg, batch_size=3, num_batches=1, debug=True, augment_on_device=True)))
+    out = _unnormalise(device_augment(batch, "cpu", cfg.size))
+    clean = _unnormalise(device_augment({**batch, "lam": torch.zeros_like(batch["lam"])}, "cpu", cfg.size))
+    checked = 0
+    for b, info in enumerate(batch["info"]):
+        video = batch["video_id"][b]
+        for v, name in enumerate(batch["view_names"]):
+            lam = float(batch["lam"][b, v])
+            if not name.startswith("ad_"):
+                assert lam == 0 and torch.equal(out[b, v], clean[b, v])
+                continue
+            residual = out[b, v] - (1 - lam) * clean[b, v]  # (3, T, H, W)
+            assert (residual - residual[:, :1]).abs().max() < 1e-3  # identical on every frame
+            if op == "be":
+                j = int(batch["noise_frame"][b, v])
+                assert torch.allclose(residual[:, 0], lam * clean[b, v, :, j], atol=1e-3)
+                assert info["donor_ids"][v] == [video]
+            else:
+                k = cfg.rad_k
+                d = rad_noise(batch["cells"][b, v], k, cfg.size).permute(2, 0, 1).double()  # CPU reference
+                assert (residual[:, 0] - lam * d).abs().max() <= lam + 1e-3  # the CPU mosaic is resized in uint8
+                centres = [int((i + 0.5) * cfg.size / k) for i in range(k)]
+                donors = [f"v{decode_code(d[:, y, x].numpy())[0]:02d}" for y in centres for x in centres]
+                assert donors == info["donor_ids"][v]
+                assert (video in donors) == (op == "rad_intra")  # RAD-inter: never the sample's own video
+            checked += 1
+    assert checked == 6

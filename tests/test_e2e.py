@@ -62,3 +62,13 @@ def test_finetune_and_cam(pipeline, real_videos_dir):
     moquad("cam", video, "--checkpoint", ckpt, "--out", pipeline / "cam.png", "--frames", 4, "--size", 32,
            "--device", "cpu")
     assert (pipeline / "cam.png").stat().st_size > 1000
+
+
+def test_pretrain_with_augmentation_on_device(pipeline):
+    """Workers only decode; crop/flip/colour/RAD run in the training process (the GPU path)."""
+    run = pipeline / "run_aod"
+    moquad("pretrain", "--data", pipeline / "shards", "--out", run, "--backbone", "tiny", "--epochs", 1,
+           "--batch-size", 4, "--frames", 4, "--size", 32, "--workers", 1, "--augment-on-device",
+           "--steps-per-epoch", 2, "--device", "cpu")
+    rows = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line.strip()]
+    assert len(rows) == 2 and all(r["loss"] > 0 and r["mode"] == "moquad" for r in rows)

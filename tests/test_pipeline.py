@@ -202,3 +202,116 @@ def test_real_shards_give_the_manifest_frames_and_labels(preprocessed):
                     got = b["views"][i, v].permute(1, 2, 3, 0).numpy()  # (T, H, W, 3)
                     assert np.abs(got.astype(int) - ref.astype(int)).max() <= 1
     assert not seen[0] & seen[1]
+
+
+# ---------------------------------------------------------------- augment_on_device
+
+
+def _smooth_video(frames: int, h: int, w: int, seed: int) -> np.ndarray:
+    yy, xx = np.mgrid[0:h, 0:w]
+    x = [np.stack([127 + 100 * np.sin(xx / (4 + c) + yy / (6 + 2 * c) + 0.4 * t + seed) for c in range(3)], -1)
+         for t in range(frames)]
+    return np.stack(x).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def textured(tmp_path_factory):
+    """Smooth textured videos of two frame sizes (batches need padding)."""
+    from moquad.data.testing import write_dataset
+
+    videos = [(f"v{i:02d}", _smooth_video(24, *((40, 56) if i % 2 else (48, 44)), i), i % 4) for i in range(6)]
+    return write_dataset(tmp_path_factory.mktemp("tex"), videos, videos_per_shard=2)
+
+
+def _levels(y: torch.Tensor) -> torch.Tensor:
+    return y.double() * torch.tensor(STD, dtype=torch.float64).view(3, 1, 1, 1) * 255
+
+
+@pytest.mark.parametrize("changes", [{}, {"appearance_op": "be"}, {"mode": "simclr"}])
+def test_augment_on_device_gives_the_cpu_path_views(textured, changes):
+    """Same seed: same clips, crops, flips, colour ops, lambdas and donors as the CPU path; device_augment's
+    views differ only by the CPU path's uint8 roundings (crops upscaled here: the same bilinear filter)."""
+    from moquad.data.augment import device_augment
+    from moquad.data.raw import RAW_KEYS
+
+    cfg = dataclasses.replace(CFG, size=64, color_jitter=0.8, grayscale=0.2, **changes)
+    cpu = next(iter(make_loader(textured, cfg, batch_size=3, num_batches=1, debug=True)))
+    raw = next(iter(make_loader(textured, dataclasses.replace(cfg, augment_on_device=True), batch_size=3,
+                                num_batches=1, debug=True)))
+    assert "views" not in raw and set(RAW_KEYS) <= set(raw)
+    assert raw["raw"].dtype == torch.uint8 and raw["raw"].shape[2:] == (48, 56, 3)  # padded to the largest frame
+    assert raw["view_names"] == cpu["view_names"] and raw["video_id"] == cpu["video_id"]
+    assert torch.equal(raw["lam"], cpu["lam"]) and torch.equal(raw["label"], cpu["label"])
+    for a, b in zip(cpu["info"], raw["info"]):
+        assert a["donor_ids"] == b["donor_ids"] and a["dilations"] == b["dilations"]
+        assert all(np.array_equal(x, y) for x, y in zip(a["indices"], b["indices"]))
+    out = device_augment(raw, "cpu", cfg.size)
+    assert out.dtype == torch.float32 and out.shape == (3, len(cpu["view_names"]), 3, 4, 64, 64)
+    diff = (_levels(out) - _levels(normalize(cpu["views"], "cpu"))).abs()
+    assert diff.mean() < 0.6 and diff.max() < 5  # measured: mean 0.3, max 1.9 (3.5 with BE), in levels of 255
+
+
+def test_augment_on_device_is_deterministic(textured):
+    from moquad.data.augment import device_augment
+
+    def run(epoch):
+        loader = make_loader(textured, CFG, batch_size=2, num_batches=2, epoch=epoch, augment_on_device=True)
+        return [(b, device_augment(b, "cpu", CFG.size)) for b in loader]
+
+    a, b, c = run(0), run(0), run(1)
+    for (x, vx), (y, vy) in zip(a, b):
+        assert x["video_id"] == y["video_id"] and torch.equal(vx, vy)
+        assert torch.equal(device_augment(x, "cpu", CFG.size, chunk=3), vx)  # chunking changes nothing
+        assert all(torch.equal(x[k], y[k]) for k in x if isinstance(x[k], torch.Tensor))
+    assert [x["video_id"] for x, _ in a] != [x["video_id"] for x, _ in c]
+
+
+def test_augment_on_device_in_worker_processes(data):
+    """Two DataLoader workers: frames decoded into shared memory arrive intact (plain views read back
+    the planned frames from the coded pixels)."""
+    from moquad.data.augment import MEAN, device_augment
+    from moquad.data.testing import decode_code
+
+    cfg = dataclasses.replace(CFG, workers=2, crop_scale=(1.0, 1.0), flip=False, color_jitter=0.0, grayscale=0.0,
+                              augment_on_device=True)
+    batches = list(make_loader(data, cfg, batch_size=2, num_batches=3, debug=True))
+    assert len(batches) == 3 and len({v for b in batches for v in b["video_id"]}) == 6
+    for batch in batches:
+        assert batch["raw"].is_shared()
+        out = _levels(device_augment(batch, "cpu", cfg.size)) + torch.tensor(MEAN).view(3, 1, 1, 1) * 255
+        for b, info in enumerate(batch["info"]):
+            video = int(batch["video_id"][b][1:])
+            for v, name in enumerate(batch["view_names"]):
+                if not name.startswith("ad_"):
+                    codes = [decode_code(out[b, v, :, t].mean(dim=(1, 2)).numpy()) for t in range(cfg.frames)]
+                    assert codes == [(video, int(i)) for i in info["indices"][v]]
+
+
+def test_tar_members_match_tarfile(tmp_path):
+    import io
+    import tarfile
+
+    from moquad.data.tarread import tar_members
+
+    names = ["a.json", "dir/" + "x" * 120 + ".jpgs", "é ü.json", "c.jpgs"]  # PAX/GNU long and non-ASCII names
+    for fmt in (tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT):
+        path = tmp_path / f"t{fmt}.tar"
+        with tarfile.open(path, "w", format=fmt) as tar:
+            for i, name in enumerate(names):
+                if fmt == tarfile.USTAR_FORMAT and len(name) > 100:
+                    name = "sub/" + "y" * 60 + "/" + "z" * 80 + ".jpgs"  # ustar prefix field
+                info = tarfile.TarInfo(name)
+                info.size = 300 * i
+                tar.addfile(info, io.BytesIO(bytes(range(256)) * 5))
+            info = tarfile.TarInfo("folder")
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+        with tarfile.open(path) as tar:
+            ref = [(m.name, m.offset_data, m.size) for m in tar if m.isfile()]
+        with open(path, "rb") as f:
+            assert list(tar_members(f)) == ref
+        damaged = bytearray(path.read_bytes())
+        damaged[600] ^= 0xFF  # inside the second header
+        (tmp_path / "bad.tar").write_bytes(bytes(damaged))
+        with open(tmp_path / "bad.tar", "rb") as f, pytest.raises(ValueError, match="verify"):
+            list(tar_members(f))

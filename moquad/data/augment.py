@@ -201,3 +201,139 @@ def normalize(x: torch.Tensor, device: torch.device | str, colour: torch.Tensor 
     mean = torch.tensor(MEAN, device=x.device).view(shape) * 255
     std = torch.tensor(STD, device=x.device).view(shape) * 255
     return ((x - mean) / std).contiguous()
+
+
+def _crop_grid(box: torch.Tensor, flip: torch.Tensor, height: int, width: int, size: int) -> torch.Tensor:
+    """Sampling grid (N, size, size, 2) of each clip's crop box (top, left, h, w) inside a padded frame.
+
+    Same pixel mapping as cropping then resizing with ``align_corners=False`` (output pixel ``j`` reads
+    source ``left + (j + 0.5) * w / size - 0.5``), flip folded into the x scale; coordinates are
+    clamped to the box, so edges replicate like ``F.interpolate`` on the crop and the padding is
+    never read.
+    """
+    top, left, h, w = box.to(torch.float32).unbind(-1)
+    theta = torch.zeros((box.shape[0], 2, 3), dtype=torch.float32, device=box.device)
+    theta[:, 0, 0] = torch.where(flip, -w, w) / width
+    theta[:, 0, 2] = (2 * left + w) / width - 1
+    theta[:, 1, 1] = h / height
+    theta[:, 1, 2] = (2 * top + h) / height - 1
+    grid = F.affine_grid(theta, [box.shape[0], 1, size, size], align_corners=False)
+    lo = torch.stack([(2 * left + 1) / width, (2 * top + 1) / height], -1) - 1  # centres of the box's edge pixels
+    hi = torch.stack([(2 * (left + w) - 1) / width, (2 * (top + h) - 1) / height], -1) - 1
+    return torch.maximum(torch.minimum(grid, hi[:, None, None]), lo[:, None, None])
+
+
+COLOUR_OPS = ("none", "brightness", "contrast", "saturation", "hue", "gray")  # codes of ``colour_codes``
+MAX_COLOUR_OPS = 5  # jitter (4 ops in random order) + grayscale
+
+
+def colour_codes(ops: list[tuple[str, float]] | tuple) -> tuple[list[int], list[float]]:
+    """A clip's colour operations as ``MAX_COLOUR_OPS`` (code, factor) pairs, padded with ``none``."""
+    codes, factors = [0] * MAX_COLOUR_OPS, [0.0] * MAX_COLOUR_OPS
+    for i, (name, v) in enumerate(ops):
+        codes[i], factors[i] = COLOUR_OPS.index(name), float(v)
+    return codes, factors
+
+
+def colour_affine_batch(codes: torch.Tensor, factors: torch.Tensor, mean_rgb: torch.Tensor) -> torch.Tensor:
+    """Batched :func:`colour_affine`: codes int (N, K), factors (N, K), clip means (N, 3) -> ``[M | b]`` (N, 3, 4).
+
+    Same composition, in float32 on the tensors' device (contrast blends towards the mean grey of
+    the already transformed clip).
+    """
+    n, dev = codes.shape[0], codes.device
+    eye = torch.eye(3, device=dev).expand(n, 3, 3)
+    gray = torch.tensor(_GRAY, dtype=torch.float32, device=dev)
+    to_gray = torch.ones(3, 1, device=dev) * gray  # rows: GRAY
+    rgb2yiq = torch.tensor(_RGB2YIQ, dtype=torch.float32, device=dev)
+    yiq2rgb = torch.tensor(_YIQ2RGB, dtype=torch.float32, device=dev)
+    m, b = eye.clone(), torch.zeros(n, 3, device=dev)
+    mean_rgb = mean_rgb.to(torch.float32)
+    for i in range(codes.shape[1]):
+        code, v = codes[:, i, None, None], factors[:, i, None, None].to(torch.float32)
+        c, s = torch.cos(2 * math.pi * v[:, 0, 0]), torch.sin(2 * math.pi * v[:, 0, 0])
+        rot = torch.zeros(n, 3, 3, device=dev)
+        rot[:, 0, 0], rot[:, 1, 1], rot[:, 1, 2], rot[:, 2, 1], rot[:, 2, 2] = 1, c, -s, s, c
+        step = torch.where(code == 1, v * eye, eye)
+        step = torch.where(code == 2, v * eye, step)
+        step = torch.where(code == 3, v * eye + (1 - v) * to_gray, step)
+        step = torch.where(code == 4, yiq2rgb @ rot @ rgb2yiq, step)
+        step = torch.where(code == 5, to_gray.expand(n, 3, 3), step)
+        grey = ((m @ mean_rgb[:, :, None])[:, :, 0] + b) @ gray  # (N,)
+        shift = torch.where(code[:, :, 0] == 2, (1 - v[:, :, 0]) * grey[:, None], torch.zeros_like(b[:, :1]))
+        m, b = step @ m, (step @ b[:, :, None])[:, :, 0] + shift
+    return torch.cat([m, b[:, :, None]], dim=2)
+
+
+def rad_mosaic(cells: torch.Tensor, size: int) -> torch.Tensor:
+    """RAD noise images of many clips at once: uint8 windows (..., k*k, c, c, 3) -> float32 (N, 3, size, size).
+
+    Batched :func:`moquad.data.disturb.rad_noise` (row-major k x k mosaic, resized once with the
+    same antialiased bilinear filter), without its rounding to uint8 after the resize.
+    """
+    kk, c = cells.shape[-4], cells.shape[-3]
+    k = math.isqrt(kk)
+    x = cells.reshape(-1, k, k, c, c, 3).permute(0, 5, 1, 3, 2, 4).reshape(-1, 3, k * c, k * c).float()
+    if k * c != size:
+        x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+    return x
+
+
+def device_augment(batch: dict, device: torch.device | str, size: int, chunk: int = 64) -> torch.Tensor:
+    """A loader batch -> float32 normalised views (B, V, 3, T, size, size) on ``device``.
+
+    For ``augment_on_device`` batches (``raw`` frames + per-clip parameters, see
+    :mod:`moquad.data.raw`) this is the whole augmentation of the CPU path, batched on the device:
+    crop + resize + flip of all clips in ONE batched ``F.grid_sample`` (per ``chunk`` clips; a clip's
+    T frames are its channels, its crop box and flip one affine grid; bilinear WITHOUT antialias, so a crop larger than ``size`` is downscaled with a
+    2-tap filter where the CPU path uses an antialiased one: see tests/test_augment.py for the
+    measured difference), then the colour map ``clamp(M @ rgb + b, 0, 255)``, then RAD/BE
+    ``(1 - lam) * V + lam * D``, then normalisation. Unlike the CPU path nothing is rounded to
+    uint8 in between; colour maps are composed on the device (:func:`colour_affine_batch`) with the
+    clip's mean colour taken from the resized crop as on the CPU path. Frames are gathered and
+    converted to float ``chunk`` clips at a time (peak extra memory ~ ``chunk * T`` float frames).
+    Other batches (augmented by the workers) are only normalised (:func:`normalize`, with their
+    ``colour`` if any), so a training loop can call this on every batch.
+    """
+    if "raw" not in batch:
+        return normalize(batch["views"], device, colour=batch.get("colour"))
+    raw = batch["raw"].to(device, non_blocking=True)  # (B, F, H, W, 3) uint8
+    b, f, height, width, _ = raw.shape
+    index = batch["frame_index"].to(raw.device)  # (B, V, T)
+    _, v, t = index.shape
+    cells = batch["cells"]  # (B, V, k*k, c, c, 3) uint8
+    if cells.dim() != 6 or cells.shape[:2] != (b, v) or math.isqrt(cells.shape[2]) ** 2 != cells.shape[2]:
+        raise ValueError(f"batch cells are {tuple(cells.shape)}, expected (B, V, k*k, c, c, 3) with (B, V) = {(b, v)}; "
+                         "pass a batch of make_loader(..., augment_on_device=True)")
+    n = b * v
+    grid = _crop_grid(batch["box"].to(raw.device).reshape(n, 4), batch["flip"].to(raw.device).reshape(n),
+                      height, width, size)
+    flat = (index + torch.arange(b, device=raw.device)[:, None, None] * f).reshape(n, t)
+    frames = raw.reshape(b * f, height, width, 3)
+    y = torch.empty((n, t * 3, size, size), dtype=torch.float32, device=raw.device)
+    for s in range(0, n, chunk):  # chunks of clips bound the float copy of the frames (~chunk * T frames)
+        e = min(n, s + chunk)
+        clips = frames.index_select(0, flat[s:e].reshape(-1)).view(e - s, t, height, width, 3)
+        x = torch.empty((e - s, t, 3, height, width), dtype=torch.float32, device=raw.device)
+        x.copy_(clips.permute(0, 1, 4, 2, 3))  # one clip = T * 3 channels: one sampling grid per clip
+        y[s:e] = F.grid_sample(x.view(e - s, t * 3, height, width), grid[s:e], mode="bilinear",
+                               padding_mode="border", align_corners=False)
+    y = y.view(b, v, t, 3, size, size)
+    mean = y[:, :, ::4, :, ::8, ::8].mean(dim=(2, 4, 5)).view(n, 3)  # the CPU path's colour_map subsample
+    colour = colour_affine_batch(batch["colour_ops"].to(raw.device).view(n, -1),
+                                 batch["colour_factors"].to(raw.device).view(n, -1), mean).view(b, v, 3, 4)
+    y = torch.einsum("bvij,bvtjhw->bvtihw", colour[..., :3], y)
+    y = y.add_(colour[..., 3].view(b, v, 1, 3, 1, 1)).clamp_(0, 255)
+    lam = batch["lam"]
+    if bool((lam > 0).any()):
+        d = rad_mosaic(cells.to(raw.device, non_blocking=True), size).view(b, v, 3, size, size)
+        be = batch["noise_frame"].to(raw.device)
+        if bool((batch["noise_frame"] >= 0).any()):  # BE: D is a frame of the augmented clip itself
+            frame = y.gather(2, be.clamp(min=0).view(b, v, 1, 1, 1, 1).expand(b, v, 1, 3, size, size))[:, :, 0]
+            d = torch.where((be >= 0).view(b, v, 1, 1, 1), frame, d)
+        lam = lam.to(raw.device, torch.float32).view(b, v, 1, 1, 1, 1)
+        y = y.mul_(1 - lam).add_(lam * d[:, :, None])
+    shape = (1, 1, 1, 3, 1, 1)
+    mean = torch.tensor(MEAN, device=y.device).view(shape) * 255
+    std = torch.tensor(STD, device=y.device).view(shape) * 255
+    return y.sub_(mean).div_(std).permute(0, 1, 3, 2, 4, 5).contiguous()

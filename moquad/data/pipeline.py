@@ -21,6 +21,10 @@ Stages, per DataLoader worker of each rank::
   per VIDEO instead (every consumer reads all shards and keeps its videos, positions drawn from
   ``(seed, epoch)`` over the manifest): still disjoint, but each shard is read by every consumer;
   write more shards (smaller ``--shard-size``) for big runs.
+- ``augment_on_device``: the views stage only draws parameters and the batch stage decodes the
+  frames into the batch (:mod:`moquad.data.raw`); the pixels are augmented on the accelerator by
+  ``moquad.data.augment.device_augment``. The tar stage then leaves the ``.jpgs`` payload unread
+  and the workers read just the frames their clips use.
 - Multi-node safety: when a torch.distributed group is initialised, ``world_size``/``rank`` must
   match it (a loader built without them would silently duplicate data on every rank).
 """
@@ -31,7 +35,6 @@ import itertools
 import json
 import logging
 import random
-import tarfile
 from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
@@ -45,6 +48,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from moquad.config import LoaderConfig
 from moquad.data.disturb import cell_size
 from moquad.data.donors import DonorPool, donor_stream
+from moquad.data.raw import collate_raw, raw_views
+from moquad.data.tarread import tar_members
 from moquad.data.views import check_config, make_views, needs_donor_pool
 
 log = logging.getLogger(__name__)
@@ -135,29 +140,34 @@ def tag_video_position(src: Iterator[dict], positions: dict[str, int]) -> Iterat
                 raise ValueError("shards do not match the manifest; run `moquad verify DIR`")
 
 
-def tar_samples(src: Iterator[dict]) -> Iterator[dict]:
+def tar_samples(src: Iterator[dict], lazy: tuple[str, ...] = ()) -> Iterator[dict]:
     """Stage: shard items ``{"url", "pos"}`` -> samples ``{"__key__", "__url__", "json", "jpgs", "pos"}``.
 
     Same grouping as ``wds.tarfile_to_samples`` (files sharing a key before the first dot), but the
     shard is opened seekable so each member is read with ONE read call instead of the streaming
-    reader's 10 KB chunks (8x less CPU per video, which matters next to ~60 JPEG decodes).
-    Incomplete samples (no ``.json`` or no ``.jpgs``) are skipped.
+    reader's 10 KB chunks (8x less CPU per video, which matters next to ~60 JPEG decodes), and the
+    headers are parsed by :func:`moquad.data.tarread.tar_members` (10x less than ``tarfile``).
+    Incomplete samples (no ``.json`` or no ``.jpgs``) are skipped. Members whose extension is in
+    ``lazy`` are not read: the sample holds ``(shard path, byte offset, size)`` instead (the
+    ``augment_on_device`` workers then read only the frames their clips use).
     """
     for item in src:
         url = item["url"]
-        with open(url, "rb") as f, tarfile.open(fileobj=f, mode="r:") as tar:
+        with open(url, "rb") as f:
             current: dict[str, Any] | None = None
-            for member in tar:
-                if not member.isfile():
-                    continue
-                key, _, ext = member.name.rpartition("/")[2].partition(".")
+            for name, offset, size in tar_members(f, url):
+                key, _, ext = name.rpartition("/")[2].partition(".")
                 if current is not None and current["__key__"] != key:
                     if "json" in current and "jpgs" in current:
                         yield current
                     current = None
                 if current is None:
                     current = {"__key__": key, "__url__": url, "pos": item["pos"]}
-                current[ext] = tar.extractfile(member).read()
+                if ext in lazy:
+                    current[ext] = (url, offset, size)
+                else:
+                    f.seek(offset)
+                    current[ext] = f.read(size)
             if current is not None and "json" in current and "jpgs" in current:
                 yield current
 
@@ -195,12 +205,14 @@ class ViewStream(IterableDataset):
         positions: dict[str, int] | None = None,
         debug: bool = False,
         colour_on_device: bool = False,
+        augment_on_device: bool = False,
     ) -> None:
         self.shards, self.cfg, self.batch_size = list(shards), cfg, batch_size
         self.epoch, self.rank, self.world_size, self.num_batches = epoch, rank, world_size, num_batches
         self.positions = positions  # None: split by shard; else per video
         self.debug = debug
         self.colour_on_device = colour_on_device
+        self.augment_on_device = augment_on_device
 
     def __len__(self) -> int:
         return self.num_batches
@@ -217,10 +229,11 @@ class ViewStream(IterableDataset):
         node = partial(split_by_node, rank=self.rank, world_size=self.world_size)
         by_worker = partial(split_by_worker, worker=worker, num_workers=workers, world_size=self.world_size)
         stages: list[Any] = [partial(shard_list, self.shards, cfg.seed, self.epoch)]
+        samples = partial(tar_samples, lazy=("jpgs",) if self.augment_on_device else ())
         if self.positions is None:
-            stages += [node, by_worker, tar_samples]
+            stages += [node, by_worker, samples]
         else:
-            stages += [tar_samples, partial(tag_video_position, positions=self.positions), node, by_worker]
+            stages += [samples, partial(tag_video_position, positions=self.positions), node, by_worker]
         pool = None
         if needs_donor_pool(cfg):  # independent stream, its own shard order (seed), over ALL shards
             donors = donor_stream(shard_list(self.shards, int(seeds[2]), self.epoch), np.random.default_rng(seeds[2]))
@@ -229,13 +242,16 @@ class ViewStream(IterableDataset):
         stages += [
             wds.shuffle(buffer, initial=buffer, rng=random.Random(int(seeds[1]))),
             wds.map(partial(self._views, rng=rng, pool=pool)),
-            wds.batched(self.batch_size, collation_fn=collate, partial=False),
+            wds.batched(self.batch_size, collation_fn=collate_raw if self.augment_on_device else collate, partial=False),
         ]
         return itertools.islice(iter(wds.DataPipeline(*stages)), count)
 
     def _views(self, sample: dict[str, Any], rng: np.random.Generator, pool: DonorPool | None) -> dict[str, Any]:
         meta = json.loads(sample["json"])
-        out = make_views(meta, sample["jpgs"], self.cfg, rng, donors=pool, colour_on_device=self.colour_on_device)
+        if self.augment_on_device:
+            out = raw_views(meta, sample["jpgs"], self.cfg, rng, donors=pool)
+        else:
+            out = make_views(meta, sample["jpgs"], self.cfg, rng, donors=pool, colour_on_device=self.colour_on_device)
         if pool is not None:
             pool.pull(1)  # keep the pool fresh: one donor video per sample
         info = out.pop("info")
@@ -276,6 +292,7 @@ def make_loader(
     pin_memory: bool = False,
     debug: bool = False,
     colour_on_device: bool | None = None,
+    augment_on_device: bool | None = None,
 ) -> DataLoader:
     """DataLoader of batches for one rank and one epoch (see the module docstring).
 
@@ -285,11 +302,17 @@ def make_loader(
     ``colour_on_device`` if it has one, else False) skips the colour jitter in the workers and adds
     ``colour`` float32 (B, V, 3, 4) for ``normalize(views, device, colour=batch.get("colour"))``:
     ~1.5x more quadruples per worker on CPU, the colour work moves to the accelerator.
+    ``augment_on_device`` (default: the config's ``augment_on_device``, else False): the workers only
+    decode and draw parameters; batches carry ``raw`` frames and per-clip parameters instead of
+    ``views`` (:mod:`moquad.data.raw`) and ``moquad.data.augment.device_augment(batch, device, cfg.size)``
+    builds the normalised views on the accelerator (implies ``colour_on_device``).
     """
     check_config(cfg)
     _check_distributed(rank, world_size)
     if colour_on_device is None:
         colour_on_device = bool(getattr(cfg, "colour_on_device", False))
+    if augment_on_device is None:
+        augment_on_device = bool(getattr(cfg, "augment_on_device", False))
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if cfg.workers < 0:
@@ -313,6 +336,7 @@ def make_loader(
     stream = ViewStream(
         shards, cfg, batch_size=batch_size, epoch=epoch, rank=rank, world_size=world_size,
         num_batches=num_batches, positions=positions, debug=debug, colour_on_device=colour_on_device,
+        augment_on_device=augment_on_device,
     )
     return DataLoader(
         stream,

@@ -120,10 +120,11 @@ def _default_batches_fn() -> Callable[[str, str, int], int]:
     return batches_per_epoch
 
 
-def _normalize(x: torch.Tensor, device: torch.device, colour: torch.Tensor | None = None) -> torch.Tensor:
-    from moquad.data.augment import normalize
+def _to_device(batch: dict[str, Any], device: torch.device, size: int) -> torch.Tensor:
+    """Normalised float views on ``device``; ``augment_on_device`` batches are augmented there too."""
+    from moquad.data.augment import device_augment
 
-    return normalize(x, device, colour=colour)
+    return device_augment(batch, device, size)
 
 
 def _check_resume(saved: dict[str, Any], cfg: PretrainConfig, path: Path) -> None:
@@ -294,7 +295,7 @@ def _pretrain(cfg, info, loader_fn, batches_fn, keep_every_epochs, tensorboard, 
                     lr = float(lrs[step])
                     for group in optimizer.param_groups:
                         group["lr"] = lr
-                    views = _normalize(batch["views"], device, batch.get("colour"))
+                    views = _to_device(batch, device, loader_cfg.size)
                     loss, stats = forward_loss(
                         model,
                         views,
