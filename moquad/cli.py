@@ -366,9 +366,9 @@ def cam(
 @_friendly
 def quickstart(
     out: str = typer.Option("runs/quickstart", help="Folder for data, runs and the comparison."),
-    epochs: int = typer.Option(30, help="Pre-training epochs for each method."),
-    classes: int = typer.Option(4, help="Synthetic motion classes."),
-    per_class: int = typer.Option(12, help="Synthetic videos per class."),
+    epochs: int = typer.Option(100, help="Pre-training epochs for each method."),
+    classes: int = typer.Option(4, help="Synthetic motion classes (1-5)."),
+    per_class: int = typer.Option(24, help="Synthetic videos per class."),
     seed: int = typer.Option(0, help="Seed."),
 ) -> None:
     """Synth -> preprocess -> pretrain SimCLR and MoQuad -> retrieve both -> table + PNG (CPU, minutes)."""

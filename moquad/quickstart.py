@@ -27,10 +27,13 @@ def demo_pretrain_config(data: Path, out: Path, method: str, epochs: int, seed: 
         C.PretrainConfig(),
         dict(
             data=str(data), out=str(out), method=method, backbone="tiny", epochs=epochs, batch_size=16,
-            lr=1.0, optimizer="lars", lr_warmup_epochs=max(1, epochs // 10), temperature=0.1,
+            lr=16.0, optimizer="lars", lr_warmup_epochs=max(1, epochs // 20), temperature=0.1,
             warmup_ratio=0.2, hard_beta=0.01, hard_alpha=1.5, proj_hidden=256, proj_dim=64,
             ckpt_every=10_000, seed=seed, device="cpu",
+            # colour jitter and grayscale off, milder crops: with them on, the tiny network's loss
+            # does not fall within this budget for either method (measured)
             loader=dict(frames=8, size=48, dilations=(1, 2, 4), simclr_dilation=2, workers=1,
+                        color_jitter=0.0, grayscale=0.0, crop_scale=(0.6, 1.0),
                         shuffle_buffer=32, donor_pool=64, seed=seed),
         ),
     )
@@ -70,7 +73,7 @@ def _plot(results: dict[str, dict], path: Path) -> None:
     plt.close(fig)
 
 
-def quickstart(out: str | Path, epochs: int = 30, classes: int = 4, per_class: int = 12, seed: int = 0) -> dict:
+def quickstart(out: str | Path, epochs: int = 100, classes: int = 4, per_class: int = 24, seed: int = 0) -> dict:
     """Run every stage; return ``{method: retrieval result}``."""
     from moquad.preprocess.manifest import verify
     from moquad.preprocess.run import preprocess

@@ -75,7 +75,7 @@ def _render(motion: str, background: Image.Image, rng: np.random.Generator, size
     """Frames (T, H, W, 3) uint8 of one video of class ``motion``."""
     side = int(size * rng.uniform(0.3, 0.45))
     sprite, mask = _sprite(rng, side)
-    speed = rng.uniform(0.6, 1.4) * size / 64  # pixels per frame at 25 fps
+    speed = rng.uniform(1.2, 1.6) * size / 64  # pixels per frame at 25 fps
     x0, y0 = rng.uniform(0, size, 2)
     angle0 = rng.uniform(0, 360)
     direction = rng.uniform(0, 2 * math.pi)  # of travel (Translate) or of the swing (Oscillate)
@@ -91,7 +91,7 @@ def _render(motion: str, background: Image.Image, rng: np.random.Generator, size
             phase = (t * speed / size * 2) % 1.0  # sawtooth so long videos keep the motion
             scale = 0.5 + phase if sense > 0 else 1.5 - phase
         elif motion == "Oscillate":
-            offset = size / 8 * math.sin(2 * math.pi * speed * t / 10 + angle0)
+            offset = size / 8 * math.sin(2 * math.pi * speed * t / 24 + angle0)
             x, y = x0 + offset * math.cos(direction), y0 + offset * math.sin(direction)
         elif motion == "Orbit":
             a = sense * speed * t / (size / 4) + angle0

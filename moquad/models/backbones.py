@@ -28,7 +28,7 @@ class TinyNet(nn.Module):
             )
 
         self.features = nn.Sequential(
-            block(3, width // 2, (1, 2, 2)),
+            block(3, width // 2, (1, 1, 1)),  # full resolution first: motions of 1-2 px stay visible
             block(width // 2, width, (1, 2, 2)),
             block(width, width * 2, (2, 2, 2)),
             block(width * 2, width * 2, (2, 2, 2)),
