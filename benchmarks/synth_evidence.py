@@ -49,12 +49,13 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--epochs", type=int, default=None, help="default: the quickstart's")
     ap.add_argument("--per-class", type=int, default=None, help="default: the quickstart's")
+    ap.add_argument("--backbone", default="tiny", help="tiny (CPU) or r3d_18 (GPU)")
     args = ap.parse_args()
     out = Path(args.out)
     kwargs = {k: v for k, v in (("epochs", args.epochs), ("per_class", args.per_class)) if v is not None}
     results: dict[str, dict[str, list[float]]] = {}
     for seed in args.seeds:
-        res = quickstart(out / f"seed{seed}", seed=seed, **kwargs)
+        res = quickstart(out / f"seed{seed}", seed=seed, backbone=args.backbone, **kwargs)
         for method, r in res.items():
             for k in KS:
                 results.setdefault(method, {}).setdefault(f"top{k}", []).append(100 * r[f"top{k}"])

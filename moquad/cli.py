@@ -370,11 +370,12 @@ def quickstart(
     classes: int = typer.Option(4, help="Synthetic motion classes (1-5)."),
     per_class: int = typer.Option(24, help="Synthetic videos per class."),
     seed: int = typer.Option(0, help="Seed."),
+    backbone: str = typer.Option("tiny", help="Backbone (tiny on CPU; r3d_18 on a GPU)."),
 ) -> None:
     """Synth -> preprocess -> pretrain SimCLR and MoQuad -> retrieve both -> table + PNG (CPU, minutes)."""
     from moquad.quickstart import quickstart as run_quickstart
 
-    run_quickstart(out, epochs=epochs, classes=classes, per_class=per_class, seed=seed)
+    run_quickstart(out, epochs=epochs, classes=classes, per_class=per_class, seed=seed, backbone=backbone)
 
 
 def main() -> None:

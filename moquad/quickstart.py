@@ -21,15 +21,16 @@ from moquad import config as C
 KS = (1, 5, 10, 20)
 
 
-def demo_pretrain_config(data: Path, out: Path, method: str, epochs: int, seed: int) -> C.PretrainConfig:
+def demo_pretrain_config(data: Path, out: Path, method: str, epochs: int, seed: int,
+                         backbone: str = "tiny") -> C.PretrainConfig:
     """The CPU-sized pre-training settings shared by both methods (only ``method`` differs)."""
     return C.update(
         C.PretrainConfig(),
         dict(
-            data=str(data), out=str(out), method=method, backbone="tiny", epochs=epochs, batch_size=16,
+            data=str(data), out=str(out), method=method, backbone=backbone, epochs=epochs, batch_size=16,
             lr=16.0, optimizer="lars", lr_warmup_epochs=max(1, epochs // 20), temperature=0.1,
             warmup_ratio=0.2, hard_beta=0.01, hard_alpha=1.5, proj_hidden=256, proj_dim=64,
-            ckpt_every=10_000, seed=seed, device="cpu",
+            ckpt_every=10_000, seed=seed, device="auto",
             # colour jitter and grayscale off, milder crops: with them on, the tiny network's loss
             # does not fall within this budget for either method (measured)
             loader=dict(frames=8, size=48, dilations=(1, 2, 4), simclr_dilation=2, workers=1,
@@ -43,7 +44,7 @@ def demo_eval_config(data: Path, checkpoint: Path, out: Path) -> C.EvalConfig:
     return C.update(
         C.EvalConfig(),
         dict(data=str(data), checkpoint=str(checkpoint), out=str(out), num_clips=5, frames=8, dilation=2,
-             size=48, batch_size=32, ks=KS, device="cpu", workers=0),
+             size=48, batch_size=32, ks=KS, device="auto", workers=0),
     )
 
 
@@ -73,7 +74,8 @@ def _plot(results: dict[str, dict], path: Path) -> None:
     plt.close(fig)
 
 
-def quickstart(out: str | Path, epochs: int = 100, classes: int = 4, per_class: int = 24, seed: int = 0) -> dict:
+def quickstart(out: str | Path, epochs: int = 100, classes: int = 4, per_class: int = 24, seed: int = 0,
+               backbone: str = "tiny") -> dict:
     """Run every stage; return ``{method: retrieval result}``."""
     from moquad.preprocess.manifest import verify
     from moquad.preprocess.run import preprocess
@@ -103,23 +105,25 @@ def quickstart(out: str | Path, epochs: int = 100, classes: int = 4, per_class: 
     console.rule("[bold]3/4 pretrain: SimCLR and MoQuad, same budget")
     checkpoints = {}
     for method in ("simclr", "moquad"):
-        cfg = demo_pretrain_config(shards, out / method, method, epochs, seed)
+        cfg = demo_pretrain_config(shards, out / method, method, epochs, seed, backbone)
         last = Path(cfg.out) / "checkpoints" / "last.pt"
         checkpoints[method] = last if last.is_file() and _finished(last, epochs) else pretrain(cfg)
         console.print(f"{method}: curves (loss, lr, Fig. 4 ranks) in {plot_run(cfg.out)}")
     random_ckpt = out / "random" / "checkpoints" / "last.pt"
     if not random_ckpt.is_file():
-        _save_untrained(demo_pretrain_config(shards, out / "random", "simclr", 0, seed), random_ckpt)
+        _save_untrained(demo_pretrain_config(shards, out / "random", "simclr", 0, seed, backbone), random_ckpt)
     checkpoints = {"random init": random_ckpt, **checkpoints}
 
     console.rule("[bold]4/4 retrieve: test split queries the train split")
-    from moquad.eval.retrieve import retrieve  # imports lance: after every forking stage (it is not fork-safe)
+    from moquad.eval.retrieve import (
+        retrieve,  # imports lance: after every forking stage (it is not fork-safe)
+    )
 
     results = {}
     for name, ckpt in checkpoints.items():
         results[name] = retrieve(demo_eval_config(shards, ckpt, out / "eval" / name.replace(" ", "_")))
 
-    table = Table(title=f"Retrieval on synthetic motion data ({classes} classes, {epochs} epochs, tiny backbone)")
+    table = Table(title=f"Retrieval on synthetic motion data ({classes} classes, {epochs} epochs, {backbone} backbone)")
     table.add_column("method")
     for k in KS:
         table.add_column(f"top-{k}", justify="right")
