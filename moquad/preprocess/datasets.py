@@ -330,8 +330,13 @@ def list_dataset(dataset: str, root: str | Path, split: int = 1) -> Listing:
     else:
         listing = list_folder(root)
     if not listing.videos and not listing.missing:
-        raise ValueError(f"no videos found for {dataset} under {root}; check the layout (see the docstring of "
-                         "moquad.preprocess.datasets)")
+        expected = {
+            "ucf101": "UCF-101/<Class>/*.avi and ucfTrainTestlist/",
+            "hmdb51": "<class>/*.avi and testTrainMulti_7030_splits/",
+            "k400": "{train,val,test}.csv (or annotations/) and the videos, flat or in class folders",
+            "ssv2": "<id>.webm and something-something-v2-{train,validation,labels}.json",
+        }.get(dataset, "class sub-folders <class>/<video>, or a CSV/TSV list path,label[,split]")
+        raise ValueError(f"no videos found for {dataset} under {root}; expected {expected}")
     for split in {v.split for v in listing.videos + listing.missing}:
         if not re.fullmatch(r"[a-z0-9_]+", split) or split == "errors":
             raise ValueError(f"split name {split!r} in {root} is not usable; use lowercase letters, digits and _ "

@@ -358,5 +358,8 @@ def print_summary(summary: dict[str, Any], title: str = "") -> None:
     table.add_row("total", str(summary["ok"]), str(summary["failed"]), str(summary["missing"]),
                   str(summary["frames"]), f"{summary['bytes'] / 1e6:.1f}", style="bold")
     table.caption = f"shards {summary.get('shard_bytes', 0) / 1e6:.1f} MB, wall {summary.get('wall_s', 0):.1f} s"
+    if summary["failed"] or summary["missing"]:
+        where = Path(summary["out"]) / "manifests" / "errors.parquet" if summary.get("out") else "manifests/errors.parquet"
+        table.caption += f"\n{summary['failed'] + summary['missing']} input(s) skipped, each with its reason in {where}"
     Console().print(table)
 
