@@ -147,17 +147,16 @@ def _save_untrained(cfg: C.PretrainConfig, path: Path) -> None:
 
     from moquad import __version__
     from moquad.models import build_model
+    from moquad.train import checkpoint
 
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.backbone, proj_dim=cfg.proj_dim, proj_hidden=cfg.proj_hidden)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    state = {"model": model.state_dict(), "step": 0, "epoch": -1, "config": C.to_dict(cfg),
-             "seeds": {"seed": cfg.seed}, "moquad_version": __version__, "git": None}
-    torch.save(state, path)
+    checkpoint.save({"model": model.state_dict(), "step": 0, "epoch": -1, "config": C.to_dict(cfg),
+                     "seeds": {"seed": cfg.seed}, "moquad_version": __version__, "git": checkpoint.git_revision()},
+                    path)
 
 
 def _finished(ckpt: Path, epochs: int) -> bool:
-    import torch
+    from moquad.train import checkpoint
 
-    state = torch.load(ckpt, map_location="cpu", weights_only=True)
-    return int(state.get("epoch", -1)) + 1 >= epochs
+    return int(checkpoint.load(ckpt).get("epoch", -1)) + 1 >= epochs

@@ -50,18 +50,9 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def load_checkpoint(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
-    """Rebuild the pre-trained ``VideoModel`` from a checkpoint (CONTRACTS.md format)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} not found; pass --checkpoint RUN/checkpoints/last.pt")
-    return load_model(path)
-
-
-def read_split(data_dir: str | Path, split: str) -> pa.Table:
-    """The manifest of one split (one row per video, in manifest order)."""
-    data_dir = Path(data_dir)
-    return read_manifest(data_dir, split)
+# evaluation reads checkpoints and manifests exactly as training and preprocessing write them
+load_checkpoint = load_model
+read_split = read_manifest
 
 
 def dataset_classes(data_dir: str | Path, table: pa.Table | None = None) -> list[str]:
