@@ -59,7 +59,7 @@ def _need_file(path: str, what: str, hint: str) -> None:
 # ----------------------------------------------------------------------------- stage 0: data
 
 
-@app.command(epilog="Example: moquad synth data/synth --classes 4 --per-class 8 --size 64 --frames 48")
+@app.command(epilog="Example: moquad synth data/synth --classes 4 --per-class 8 --size 64 --frames 48 --objects 3")
 @_friendly
 def synth(
     out: str = typer.Argument(..., help="Folder to write the UCF101-layout dataset into."),
@@ -67,12 +67,14 @@ def synth(
     per_class: int = typer.Option(8, help="Videos per class."),
     size: int = typer.Option(64, help="Frame width and height in pixels."),
     frames: int = typer.Option(48, help="Frames per video (25 fps)."),
+    objects: int = typer.Option(3, help="Moving objects per video (all with the class's motion type)."),
     seed: int = typer.Option(0, help="Random seed."),
 ) -> None:
     """Generate a synthetic motion dataset (classes differ ONLY by motion) in UCF101's layout."""
     from moquad.synth import make_synth
 
-    root = make_synth(out, classes=classes, per_class=per_class, size=size, frames=frames, seed=seed)
+    root = make_synth(out, classes=classes, per_class=per_class, size=size, frames=frames, seed=seed,
+                      objects=objects)
     typer.echo(f"wrote {classes * per_class} videos to {root} (UCF101 layout; preprocess with `moquad preprocess ucf101 {root} --out DIR`)")
 
 
@@ -366,9 +368,9 @@ def cam(
 @_friendly
 def quickstart(
     out: str = typer.Option("runs/quickstart", help="Folder for data, runs and the comparison."),
-    epochs: int = typer.Option(100, help="Pre-training epochs for each method."),
+    epochs: int = typer.Option(60, help="Pre-training epochs for each method."),
     classes: int = typer.Option(4, help="Synthetic motion classes (1-5)."),
-    per_class: int = typer.Option(24, help="Synthetic videos per class."),
+    per_class: int = typer.Option(100, help="Synthetic videos per class."),
     seed: int = typer.Option(0, help="Seed."),
     backbone: str = typer.Option("tiny", help="Backbone (tiny on CPU; r3d_18 on a GPU)."),
 ) -> None:

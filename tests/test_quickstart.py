@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from moquad.quickstart import quickstart
 
 
@@ -19,3 +21,6 @@ def test_quickstart_writes_comparison(tmp_path):
     # a second call reuses data and finished runs instead of redoing them
     again = quickstart(tmp_path / "qs", epochs=2, classes=2, per_class=4, seed=1)
     assert {m: r["top1"] for m, r in again.items()} == {m: r["top1"] for m, r in results.items()}
+    # ... and refuses to mix in data or runs made with other settings
+    with pytest.raises(ValueError, match="other settings"):
+        quickstart(tmp_path / "qs", epochs=3, classes=2, per_class=4, seed=1)

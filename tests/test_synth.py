@@ -64,3 +64,5 @@ def test_bad_arguments(tmp_path):
         make_synth(tmp_path, classes=6)
     with pytest.raises(ValueError, match="--per-class"):
         make_synth(tmp_path, per_class=1)
+    with pytest.raises(ValueError, match="--objects"):
+        make_synth(tmp_path, objects=0)
