@@ -86,3 +86,12 @@ def test_fast_probe_end_to_end(tmp_path):
     assert sum(r["videos"] for r in res["per_class"]) == 6 and np.sum(res["confusion"]) == 6
     assert saved["data"]["manifests"]["train"]["videos"] == 12 and len(saved["checkpoint"]["sha256"]) == 64
     assert "per-class accuracy" in (out / "linear_fast.txt").read_text()
+
+
+def test_full_protocol_does_not_import_lance():
+    """Lance is not fork-safe: the --full probe (DataLoader workers fork) must not import it."""
+    import subprocess
+    import sys
+
+    code = "import sys, moquad.eval.linear; assert 'lance' not in sys.modules, 'lance imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

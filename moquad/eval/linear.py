@@ -50,7 +50,6 @@ from moquad.eval.common import (
     snapshot,
     write_result,
 )
-from moquad.eval.features import extract, read_features
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, num_classes: int, weight_decay: float = 1e-4,
@@ -75,6 +74,9 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, num_classes: int, weight_decay: f
 
 
 def _fast(cfg: EvalConfig, classes: list[str], weight_decay: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    # imported here: Lance is not fork-safe, and the full protocol (--full) forks DataLoader workers
+    from moquad.eval.features import extract, read_features
+
     tr = read_features(extract(cfg, "train"))
     te = read_features(extract(cfg, "test"))
     keep_tr, keep_te = tr["label"] >= 0, te["label"] >= 0
