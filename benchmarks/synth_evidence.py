@@ -39,7 +39,7 @@ def plot_ranks(runs: list[Path], out: Path) -> None:
         ax.plot(steps, [r["rank_ad_pos"] for r in rows], color="tab:green", label="AD-Pos" if i == 0 else None, **kw)
         ax.plot(steps, [r["rank_intra_neg"] for r in rows], color="tab:red", label="Intra-Negs" if i == 0 else None, **kw)
     ax.set_xlabel("step (MoQuad stage; after the appearance warm-up, if any)")
-    ax.set_ylabel("mean rank among the anchor's candidates (1 = nearest)")
+    ax.set_ylabel("mean rank of 63 candidates (1 = nearest)")
     ax.set_title("Fig. 4 diagnostic on synthetic motion data (one line per seed)")
     ax.legend()
     fig.tight_layout()
