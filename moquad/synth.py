@@ -70,7 +70,7 @@ def _sprite(rng: np.random.Generator, side: int) -> tuple[Image.Image, Image.Ima
 
 
 def _background(rng: np.random.Generator, size: int) -> Image.Image:
-    """A smooth, lower-contrast scene so the object stands out whatever its colours."""
+    """A smooth, low-contrast scene so the objects stand out whatever their colours."""
     arr = np.asarray(_texture(rng, size, smooth=int(rng.integers(4, 12))), dtype=np.float32)
     grey = rng.uniform(60, 200)
     return Image.fromarray((arr * BACKGROUND_CONTRAST + grey * (1 - BACKGROUND_CONTRAST)).astype(np.uint8))
@@ -98,7 +98,7 @@ def _pose(motion: str, o: dict, speed: float, size: int, t: int) -> tuple[float,
 
 
 def _render(motion: str, background: Image.Image, rng: np.random.Generator, size: int, frames: int,
-            objects: int = 3) -> np.ndarray:
+            objects: int) -> np.ndarray:
     """Frames (T, H, W, 3) uint8 of one video of class ``motion``: ``objects`` objects, one motion type."""
     speed = rng.uniform(1.2, 1.6) * size / 64  # pixels per frame at 25 fps, shared by the video's objects
     objs = []
