@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from moquad.config import PreprocessConfig
-from moquad.data.frames import decode_frames
+from moquad.data.store import decode_frames
 from moquad.preprocess import transcode as T
 from moquad.preprocess.run import preprocess
 

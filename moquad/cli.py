@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from moquad import config as C
+from moquad.errors import MoquadError
 
 app = typer.Typer(
     add_completion=False,
@@ -35,7 +36,7 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (ValueError, FileNotFoundError, NotADirectoryError, FileExistsError) as e:
+        except (MoquadError, ValueError, FileNotFoundError, NotADirectoryError, FileExistsError) as e:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             typer.echo(f"error: {msg}", err=True)
             raise typer.Exit(2) from None
@@ -155,7 +156,7 @@ def pretrain(
     data: str = typer.Option(..., help="Shard folder written by `moquad preprocess`."),
     out: str | None = typer.Option(None, help="Run folder (checkpoints, logs, config)."),
     recipe: str | None = typer.Option(None, help="YAML recipe (train/*.yaml); flags override it."),
-    method: str | None = typer.Option(None, help="moquad or simclr."),
+    method: str | None = typer.Option(None, help="moquad, simclr (the ladder's base: MoQuad's sampling and loss, no quadruple parts) or simclr_classic (two clips at one dilation, NT-Xent)."),
     backbone: str | None = typer.Option(None, help="tiny, r3d_18, r2plus1d_18, s3d or r3d_50."),
     epochs: int | None = typer.Option(None, help="Training epochs."),
     batch_size: int | None = typer.Option(None, help="GLOBAL batch size in videos (split over ranks)."),
@@ -175,8 +176,6 @@ def pretrain(
     intra_neg: bool | None = typer.Option(None, "--intra-neg/--no-intra-neg", help="Use the Intra-Neg."),
     ad_intra_neg: bool | None = typer.Option(None, "--ad-intra-neg/--no-ad-intra-neg", help="Use the AD-Intra-Neg."),
     workers: int | None = typer.Option(None, help="Data loader processes per rank."),
-    colour_on_device: bool | None = typer.Option(None, "--colour-on-device/--colour-on-cpu",
-                                                 help="Apply colour jitter on the GPU (frees loader CPU)."),
     augment_on_device: bool | None = typer.Option(None, "--augment-on-device/--augment-on-cpu",
                                                   help="Workers only decode; crop, flip, colour and RAD run on the GPU."),
     steps_per_epoch: int | None = typer.Option(None, help="Override batches per epoch."),
@@ -201,11 +200,11 @@ def pretrain(
             "loader.frames": frames, "loader.size": size, "loader.appearance_op": appearance_op,
             "loader.motion_op": motion_op, "loader.ad_pos": ad_pos, "loader.intra_neg": intra_neg,
             "loader.ad_intra_neg": ad_intra_neg, "loader.workers": workers, "loader.seed": seed,
-            "loader.colour_on_device": colour_on_device, "loader.augment_on_device": augment_on_device,
+            "loader.augment_on_device": augment_on_device,
         },
     )
-    if cfg.method not in ("moquad", "simclr"):
-        raise ValueError(f"unknown method {cfg.method!r}; choose moquad or simclr")
+    if cfg.method not in ("moquad", "simclr", "simclr_classic"):
+        raise ValueError(f"unknown method {cfg.method!r}; choose moquad, simclr or simclr_classic")
     from moquad.train.loop import pretrain as run_pretrain
 
     ckpt = run_pretrain(cfg)

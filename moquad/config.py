@@ -41,11 +41,11 @@ class PreprocessConfig:
 class LoaderConfig:
     """How clips and views are built from shards (moquad.data)."""
 
-    mode: str = "moquad"  # simclr | appearance | moquad
+    mode: str = "moquad"  # moquad | appearance | pair (set by the trainer from method and epoch)
     frames: int = 16
     size: int = 112  # crop size fed to the network
     dilations: tuple[int, ...] = (1, 2, 4)  # n and m are drawn from here, m != n
-    simclr_dilation: int = 2  # dilation used by both SimCLR clips
+    simclr_dilation: int = 2  # dilation of both clips of method simclr_classic
     # quadruple ablation switches (Table 4 of the paper)
     ad_pos: bool = True  # RAD on the positive; False -> plain second clip at n
     intra_neg: bool = True  # N: clip at m != n
@@ -54,16 +54,16 @@ class LoaderConfig:
     motion_op: str = "speed"  # speed | reverse | shuffle
     rad_k: int = 5
     rad_lambda: tuple[float, float] = (0.1, 0.5)
-    donor_pool: int = 256  # frames kept in the cross-shard donor pool
+    donors_per_sample: int = 2  # RAD-inter donor frames read per sample (one frame each of as many random videos)
     # spatial augmentation (same for every frame of a clip, independent between clips)
     crop_scale: tuple[float, float] = (0.3, 1.0)
     flip: bool = True
     color_jitter: float = 0.8  # probability of colour jitter
     color_strength: float = 0.5
     grayscale: float = 0.2  # probability of grayscale
-    colour_on_device: bool = False  # ship colour-jitter matrices, apply them on the GPU in normalize()
     augment_on_device: bool = False  # workers only decode; crop/flip/colour/RAD run on the accelerator
-    shuffle_buffer: int = 64  # samples held in the in-memory shuffle buffer
+    verify_checksums: bool = True  # sha256 of every sample's payload checked on read
+    max_bad_fraction: float = 0.01  # stop when more than this share of an epoch's samples is unreadable
     workers: int = 2  # DataLoader worker processes per rank
     seed: int = 0
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -114,6 +115,33 @@ def gather(x: torch.Tensor) -> torch.Tensor:
     return torch.cat(GatherLayer.apply(x), dim=0)
 
 
+def gather_ids(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate an integer tensor (e.g. video indices) from all ranks along dim 0; no gradient."""
+    if not is_dist():
+        return x
+    out = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, x.contiguous())
+    return torch.cat(out)
+
+
+def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
+    """Sum of a (detached) tensor over ranks; identity if single-process."""
+    if not is_dist():
+        return x
+    x = x.detach().clone()
+    dist.all_reduce(x, op=dist.ReduceOp.SUM)
+    return x
+
+
+def all_reduce_max(x: torch.Tensor) -> torch.Tensor:
+    """Element-wise max over ranks; identity if single-process."""
+    if not is_dist():
+        return x
+    x = x.detach().clone()
+    dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    return x
+
+
 def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
     """Mean of a (detached) tensor over ranks; identity if single-process."""
     if not is_dist():
@@ -121,3 +149,27 @@ def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
     x = x.detach().clone()
     dist.all_reduce(x, op=dist.ReduceOp.SUM)
     return x / dist.get_world_size()
+
+
+def my_rows(n: int) -> list[int]:
+    """This rank's share of ``n`` items for evaluation: rows r, r+W, r+2W, ... (no padding, no drop)."""
+    return list(range(get_rank(), n, get_world_size()))
+
+
+def gather_rows(rows: list[int], values: np.ndarray, n: int) -> np.ndarray:
+    """Every rank's ``values`` (one row per item of ``rows``) in item order 0..n-1, on every rank.
+
+    Raises unless every item was computed exactly once (a silent gap would change a metric).
+    """
+
+    if is_dist():
+        gathered: list = [None] * get_world_size()
+        dist.all_gather_object(gathered, (rows, values))
+        rows = [i for g in gathered for i in g[0]]
+        values = np.concatenate([g[1] for g in gathered if len(g[0])])
+    if sorted(rows) != list(range(n)):
+        raise RuntimeError(f"evaluation covered {len(set(rows))} distinct of {n} videos ({len(rows)} computed); "
+                           "every video must be counted exactly once")
+    ordered = np.empty_like(values)
+    ordered[np.asarray(rows)] = values
+    return ordered

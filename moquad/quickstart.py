@@ -52,7 +52,7 @@ def demo_pretrain_config(data: Path, out: Path, method: str, epochs: int, seed: 
             # does not fall within this budget for either method (measured)
             loader=dict(frames=8, size=CLIP_SIZE, dilations=(1, 4), simclr_dilation=2, workers=1,
                         color_jitter=0.0, grayscale=0.0, crop_scale=(0.6, 1.0),
-                        shuffle_buffer=32, donor_pool=64, seed=seed),
+                        seed=seed),
         ),
     )
 

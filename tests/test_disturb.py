@@ -1,27 +1,25 @@
 """Appearance (RAD-inter / RAD-intra / BE / none) and motion (speed / reverse / shuffle) disturbances.
 
-Videos from ``moquad.data.testing.coded_video`` have flat frames whose colour encodes (video, frame),
-so the tests read from the loader's pixels which video and frame every value came from.
+Videos from ``fixtures.coded_video`` have flat frames whose colour encodes (video, frame), so the tests read
+from the loader's pixels which video and frame every value came from.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import numpy as np
 import pytest
 import torch
+from fixtures import coded_dataset, coded_video, decode_code
 
 from moquad.config import LoaderConfig
-from moquad.data.disturb import blend, motion_indices, rad_noise
+from moquad.data.augment import apply_views, rad_mosaic
+from moquad.data.disturb import motion_indices
 from moquad.data.pipeline import make_loader
-from moquad.data.testing import coded_dataset, coded_video, decode_code
-from moquad.data.views import make_views
 
-PLAIN = LoaderConfig(  # no spatial augmentation: frames 32x40 -> central 32x32 square, flat colours kept
-    frames=8, size=32, crop_scale=(1.0, 1.0), flip=False, color_jitter=0.0, grayscale=0.0,
-    workers=0, shuffle_buffer=4, donor_pool=16,
+PLAIN = LoaderConfig(  # no spatial augmentation: frames 32x40 -> a 32x32 square, flat colours kept
+    frames=8, size=32, crop_scale=(1.0, 1.0), flip=False, color_jitter=0.0, grayscale=0.0, workers=0,
 )
 
 
@@ -30,8 +28,8 @@ def coded(tmp_path_factory):
     return coded_dataset(tmp_path_factory.mktemp("coded"), num_videos=6, num_frames=48, videos_per_shard=2)
 
 
-def _batches(data, cfg, n=3, batch_size=2):
-    return list(make_loader(data, cfg, batch_size=batch_size, num_batches=n, debug=True))
+def _batches(data, cfg, n=3, batch_size=2, **kw):
+    return list(make_loader(data, cfg, batch_size=batch_size, num_batches=n, debug=True, **kw))
 
 
 def _codes(clip: torch.Tensor) -> list[tuple[int, int]]:
@@ -45,23 +43,15 @@ def _clean(video: int, indices) -> torch.Tensor:
     return torch.from_numpy(frames.T.astype(np.float64))
 
 
-def test_rad_noise_windows_hold_the_donors():
+def test_rad_mosaic_windows_hold_the_donors():
     k = 5
     colours = torch.arange(k * k, dtype=torch.uint8) * 10
-    donors = colours.view(-1, 1, 1, 1).expand(k * k, 7, 7, 3).contiguous()
+    cells = colours.view(-1, 1, 1, 1).expand(k * k, 7, 7, 3).contiguous()
     for size in (35, 32):  # k divides the mosaic / mosaic resized to a fractional window
-        noise = rad_noise(donors, k, size)  # (size, size, 3)
+        noise = rad_mosaic(cells[None], size)[0]  # (size, size, 3)
         centres = [int((i + 0.5) * size / k) for i in range(k)]
         got = noise[..., 0][centres][:, centres].round().flatten()
         assert got.tolist() == colours.float().tolist()  # row-major, one donor per window
-
-
-def test_blend_formula():
-    clip = torch.rand(4, 5, 5, 3) * 255
-    noise = torch.rand(5, 5, 3) * 255
-    out = blend(clip.clone(), noise, 0.3)
-    for t in range(4):
-        assert torch.allclose(out[t], 0.7 * clip[t] + 0.3 * noise, atol=1e-4)
 
 
 def test_reverse_and_shuffle_really_permute():
@@ -90,7 +80,7 @@ def test_rad_residual_is_the_same_image_on_every_frame(coded):
                 clip = batch["views"][b, v].double()  # (3, T, H, W)
                 clean = _clean(video, info["indices"][v])  # (3, T)
                 residual = clip - (1 - lam) * clean[:, :, None, None]
-                assert (residual - residual[:, :1]).abs().max() <= 2.0  # same image on every frame
+                assert (residual - residual[:, :1]).abs().max() <= 2.5  # same image (JPEG +-1, one rounding)
                 noise = residual[:, 0] / lam
                 centres = [int((i + 0.5) * 32 / 5) for i in range(5)]
                 donors = [decode_code(noise[:, y, x].numpy())[0] for y in centres for x in centres]
@@ -143,79 +133,28 @@ def test_reverse_and_shuffle_negatives_from_pixels(coded, op):
                 assert neg == ordered[::-1]
 
 
-def _sample(data, video: str):
-    import tarfile
-
-    for shard in sorted((data / "shards").glob("*.tar")):
-        with tarfile.open(shard) as tar:
-            names = tar.getnames()
-            if f"{video}.json" in names:
-                meta = json.loads(tar.extractfile(f"{video}.json").read())
-                return meta, tar.extractfile(f"{video}.jpgs").read()
-    raise KeyError(video)
-
-
-def test_rad_intra_and_be_use_the_same_video(coded):
-    meta, jpgs = _sample(coded, "v03")
-    for op in ("rad_intra", "be"):
-        cfg = dataclasses.replace(PLAIN, appearance_op=op)
-        out = make_views(meta, jpgs, cfg, np.random.default_rng(0), keep_clean=True)
-        for v, name in enumerate(out["names"]):
-            if not name.startswith("ad_"):
-                continue
-            lam = float(out["lam"][v])
-            residual = out["views"][v].double() - (1 - lam) * out["info"]["clean"][v].double()
-            assert (residual - residual[:, :1]).abs().max() <= 1.0
-            noise = residual[:, 0, 16, 16] / lam
-            video, frame = decode_code(noise.numpy())
-            assert video == 3
-            if op == "be":  # BE: the noise is one frame of the clip itself
-                assert frame in out["info"]["indices"][v].tolist()
-            assert set(out["info"]["donor_ids"][v]) == {"v03"}
-
-
 def test_appearance_op_none_leaves_clips_plain(coded):
-    meta, jpgs = _sample(coded, "v01")
-    out = make_views(meta, jpgs, dataclasses.replace(PLAIN, appearance_op="none"), np.random.default_rng(0))
-    assert out["names"] == ("anchor", "ad_pos", "intra_neg", "ad_intra_neg")
-    assert np.all(out["lam"] == 0)
-    for v in range(4):
-        assert [c for c, _ in _codes(out["views"][v])] == [1] * 8
+    for batch in _batches(coded, dataclasses.replace(PLAIN, appearance_op="none"), n=1):
+        assert batch["view_names"] == ("anchor", "ad_pos", "intra_neg", "ad_intra_neg")
+        assert torch.all(batch["lam"] == 0)
+        for b, vid in enumerate(batch["video_id"]):
+            for v in range(4):
+                assert {c for c, _ in _codes(batch["views"][b, v])} == {int(vid[1:])}
 
 
-def test_blend_with_rounding_offset_and_colour_offset():
-    from moquad.data.augment import apply_colour
-
-    clip = torch.rand(3, 4, 4, 3) * 255
-    noise = torch.rand(4, 4, 3) * 255
-    assert torch.allclose(blend(clip.clone(), noise, 0.25, offset=0.5), 0.75 * clip + 0.25 * noise + 0.5, atol=1e-4)
-    u8 = torch.randint(0, 256, (2, 4, 4, 3), dtype=torch.uint8)
-    m, b = torch.eye(3) * 1.5, torch.tensor([10.0, -300.0, 0.0])
-    plain, shifted = apply_colour(u8, m, b), apply_colour(u8, m, b, offset=0.5)
-    assert torch.allclose(shifted, plain + 0.5) and plain.min() >= 0 and plain.max() <= 255
-
-
-# ---------------------------------------------------------------- augment_on_device
-
-
-def _unnormalise(y: torch.Tensor) -> torch.Tensor:
-    from moquad.data.augment import MEAN, STD
-
-    shape = (3, 1, 1, 1)
-    return (y.double() * torch.tensor(STD).view(shape) + torch.tensor(MEAN).view(shape)) * 255
+# ---------------------------------------------------------------- float path, with augmentation
 
 
 @pytest.mark.parametrize("op", ["rad_inter", "rad_intra", "be"])
-def test_device_rad_residual_is_the_same_image_on_every_frame(coded, op):
-    """After device_augment, P-bar - (1 - lam) * P (P: the same batch with lam = 0) is the same image on every
-    frame: lam * D, D the mosaic of the shipped donor windows (BE: a frame of the augmented clip)."""
-    from moquad.data.augment import device_augment
-
+def test_float_rad_residual_is_the_same_image_on_every_frame(coded, op):
+    """With crops, flips and colour jitter on: P-bar - (1 - lam) * P (P: the same parameters with lam = 0) is
+    the same image on every frame, lam * D, D the mosaic of the view's donor windows (BE: a frame of the
+    augmented clip); RAD-inter's windows are never from the sample's own video."""
     cfg = dataclasses.replace(PLAIN, appearance_op=op, rad_lambda=(0.3, 0.5), crop_scale=(0.3, 1.0), flip=True,
                               color_jitter=1.0, grayscale=0.3)
     batch = next(iter(make_loader(coded, cfg, batch_size=3, num_batches=1, debug=True, augment_on_device=True)))
-    out = _unnormalise(device_augment(batch, "cpu", cfg.size))
-    clean = _unnormalise(device_augment({**batch, "lam": torch.zeros_like(batch["lam"])}, "cpu", cfg.size))
+    out = apply_views(batch, cfg.size).double().permute(0, 1, 5, 2, 3, 4)  # (B, V, 3, T, S, S)
+    clean = apply_views({**batch, "lam": torch.zeros_like(batch["lam"])}, cfg.size).double().permute(0, 1, 5, 2, 3, 4)
     checked = 0
     for b, info in enumerate(batch["info"]):
         video = batch["video_id"][b]
@@ -232,8 +171,8 @@ def test_device_rad_residual_is_the_same_image_on_every_frame(coded, op):
                 assert info["donor_ids"][v] == [video]
             else:
                 k = cfg.rad_k
-                d = rad_noise(batch["cells"][b, v], k, cfg.size).permute(2, 0, 1).double()  # CPU reference
-                assert (residual[:, 0] - lam * d).abs().max() <= lam + 1e-3  # the CPU mosaic is resized in uint8
+                d = rad_mosaic(batch["pool"][batch["cells"][b, v]][None], cfg.size)[0].permute(2, 0, 1).double()
+                assert (residual[:, 0] - lam * d).abs().max() <= 1e-3
                 centres = [int((i + 0.5) * cfg.size / k) for i in range(k)]
                 donors = [f"v{decode_code(d[:, y, x].numpy())[0]:02d}" for y in centres for x in centres]
                 assert donors == info["donor_ids"][v]

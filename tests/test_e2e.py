@@ -68,7 +68,7 @@ def test_pretrain_with_augmentation_on_device(pipeline):
     """Workers only decode; crop/flip/colour/RAD run in the training process (the GPU path)."""
     run = pipeline / "run_aod"
     moquad("pretrain", "--data", pipeline / "shards", "--out", run, "--backbone", "tiny", "--epochs", 1,
-           "--batch-size", 4, "--frames", 4, "--size", 32, "--workers", 1, "--augment-on-device",
+           "--batch-size", 2, "--frames", 4, "--size", 32, "--workers", 1, "--augment-on-device",
            "--warmup-ratio", 0, "--steps-per-epoch", 2, "--device", "cpu")
     rows = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line.strip()]
     assert len(rows) == 2 and all(r["loss"] > 0 and r["mode"] == "moquad" for r in rows)

@@ -1,16 +1,14 @@
 """Feature extraction: clip geometry, 1-rank vs 2-rank equality (real gloo group), cache reuse.
 
-``make_tiny_dataset`` / ``make_checkpoint`` build a CONTRACTS.md-format data folder and
+``make_tiny_dataset`` / ``make_checkpoint`` build a data folder (with the product's shard writer) and a
 checkpoint without the preprocess / train stages; the other eval tests import them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
-import tarfile
 from pathlib import Path
 
 import lance
@@ -23,78 +21,49 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import webdataset as wds
+from fixtures import write_dataset
 
 from moquad.config import EvalConfig
-from moquad.eval.clips import clip_indices, spatial_crops
+from moquad.data.augment import normalize
+from moquad.data.sampling import uniform_clips
+from moquad.data.store import Split
+from moquad.eval.clips import spatial_crops
 from moquad.eval.features import compute_features, extract, read_features
+from moquad.train.checkpoint import load_model
 
 CLASSES = ["Red", "Green", "Blue"]
 COLOURS = np.array([[200, 40, 40], [40, 200, 40], [40, 40, 200]])
 
 
-def _video(rng: np.random.Generator, label: int, frames: int, h: int, w: int) -> list[bytes]:
-    """Class-coloured background with a bright square moving right; JPEG per frame."""
-    out = []
+def _video(rng: np.random.Generator, label: int, frames: int, h: int, w: int) -> np.ndarray:
+    """Class-coloured background with a bright square moving right -> uint8 (T, H, W, 3)."""
     base = COLOURS[label] + rng.integers(-30, 31, 3)
+    out = np.clip(base + rng.integers(-25, 26, (frames, h, w, 3)), 0, 255).astype(np.uint8)
     for t in range(frames):
-        img = np.clip(base + rng.integers(-25, 26, (h, w, 3)), 0, 255).astype(np.uint8)
         x = (t * 2) % max(1, w - 8)
-        img[h // 3 : h // 3 + 8, x : x + 8] = 255
-        out.append(simplejpeg.encode_jpeg(np.ascontiguousarray(img), quality=90, colorspace="RGB"))
+        out[t, h // 3 : h // 3 + 8, x : x + 8] = 255
     return out
 
 
 def make_tiny_dataset(root: Path, per_split: dict[str, int] | None = None, frames: int = 12, seed: int = 0) -> Path:
-    """Data folder in CONTRACTS.md format: shards (2 per split), Parquet manifests, dataset.json.
+    """A data folder written by the product's shard writer (``fixtures.write_dataset``), 2 shards per split.
 
-    Video i has ``frames - (i % 3) * 3`` frames (keep ``frames`` > 6)."""
+    Video i has ``frames - (i % 3) * 3`` frames (keep ``frames`` > 6): some are shorter than a clip span."""
     if frames <= 6:
         raise ValueError("frames must be > 6")
-    per_split = per_split or {"train": 9, "test": 6}
     rng = np.random.default_rng(seed)
-    (root / "shards").mkdir(parents=True)
-    (root / "manifests").mkdir()
-    for split, n in per_split.items():
-        rows = []
-        for part in range(2):
-            rel = f"shards/{split}-000-{part:06d}.tar"
-            videos = []
-            for i in range(part, n, 2):
-                label = i % len(CLASSES)
-                h, w = (40, 32) if i % 4 == 3 else (32, 44)  # some portrait videos
-                nf = frames - (i % 3) * 3  # different lengths, some shorter than a clip span
-                jpgs = _video(rng, label, nf, h, w)
-                fo = np.cumsum([0] + [len(j) for j in jpgs]).tolist()
-                vid = f"{split}/v_{CLASSES[label]}_{i:02d}.avi"
-                payload = b"".join(jpgs)
-                row = dict(video_id=vid, split=split, label=label, class_name=CLASSES[label],
-                           source_path=f"/raw/{vid}", num_frames=nf, fps=25.0, width=w, height=h,
-                           frame_offsets=fo, checksum=hashlib.sha256(payload).hexdigest(), jpgs_size=len(payload))
-                key = vid.replace("/", "_").replace(".", "_")
-                videos.append((key, row, payload))
-            with wds.TarWriter(str(root / rel)) as tw:
-                for key, row, payload in videos:
-                    tw.write({"__key__": key, "json": json.dumps(row).encode(), "jpgs": payload})
-            with tarfile.open(root / rel) as tf:
-                members = {m.name: m for m in tf.getmembers()}
-            for key, row, _ in videos:
-                m = members[f"{key}.jpgs"]
-                rows.append(dict(row, shard=rel, offset=members[f"{key}.json"].offset, jpgs_offset=m.offset_data))
-        table = pa.Table.from_pylist(rows, schema=pa.schema([  # CONTRACTS.md column order
-            ("video_id", pa.string()), ("split", pa.string()), ("label", pa.int32()), ("class_name", pa.string()),
-            ("source_path", pa.string()), ("shard", pa.string()), ("offset", pa.int64()), ("jpgs_offset", pa.int64()),
-            ("jpgs_size", pa.int64()), ("num_frames", pa.int32()), ("fps", pa.float32()), ("width", pa.int32()),
-            ("height", pa.int32()), ("frame_offsets", pa.list_(pa.int64())), ("checksum", pa.string()),
-        ]))
-        pq.write_table(table, root / "manifests" / f"{split}.parquet")
-    info = {"schema_version": 1, "name": "tiny", "classes": CLASSES, "splits": per_split, "preprocess": {},
-            "moquad_version": "test"}
-    (root / "dataset.json").write_text(json.dumps(info))
+    for split, n in (per_split or {"train": 9, "test": 6}).items():
+        videos = []
+        for i in range(n):
+            label = i % len(CLASSES)
+            h, w = (40, 32) if i % 4 == 3 else (32, 44)  # some portrait videos
+            videos.append((f"{split}/v_{CLASSES[label]}_{i:02d}.avi", _video(rng, label, frames - (i % 3) * 3, h, w), label))
+        write_dataset(root, videos, split=split, videos_per_shard=(n + 1) // 2, quality=90, fps=25.0, classes=CLASSES)
     return root
 
 
 def make_checkpoint(path: Path, seed: int = 0, backbone: str = "tiny") -> Path:
-    """A CONTRACTS.md checkpoint of a randomly initialised tiny model (BN stats made non-trivial)."""
+    """A checkpoint of a randomly initialised tiny model (BN stats made non-trivial)."""
     from moquad.models import build_model
 
     torch.manual_seed(seed)
@@ -125,9 +94,9 @@ def tiny(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_clip_indices_uniform_and_short_videos():
     # 20 frames, 4-frame clips at dilation 2 (span 7): starts 0..13 spread over 3 clips
-    np.testing.assert_array_equal(clip_indices(20, 4, 2, 3), [[0, 2, 4, 6], [6, 8, 10, 12], [13, 15, 17, 19]])
-    np.testing.assert_array_equal(clip_indices(20, 4, 2, 1), [[6, 8, 10, 12]])  # one clip is centred
-    np.testing.assert_array_equal(clip_indices(5, 4, 2, 2), [[0, 2, 4, 4], [0, 2, 4, 4]])  # clamped
+    np.testing.assert_array_equal(uniform_clips(20, 4, 2, 3), [[0, 2, 4, 6], [6, 8, 10, 12], [13, 15, 17, 19]])
+    np.testing.assert_array_equal(uniform_clips(20, 4, 2, 1), [[6, 8, 10, 12]])  # one clip is centred
+    np.testing.assert_array_equal(uniform_clips(5, 4, 2, 2), [[0, 1, 3, 4], [0, 1, 3, 4]])  # stretched, as in training
 
 
 def test_three_crops_cover_the_long_side():
@@ -153,9 +122,7 @@ def test_extract_table_and_reference_feature(tiny, tmp_path):
     assert lance.dataset(str(path)).schema.field("embedding").type == pa.list_(pa.float32(), 64)
     assert f["metadata"]["protocol"]["crops"] == 3 and len(f["metadata"]["checkpoint_sha256"]) == 64
     # independent reference for one video: decode the tar sample with webdataset, mean of per-view features
-    from moquad.eval.common import load_checkpoint, normalize
-
-    model, _ = load_checkpoint(ckpt)
+    model, _ = load_model(ckpt)
     model.eval()
     row = man.slice(1, 1).to_pylist()[0]
     sample = next(s for s in wds.WebDataset(str(data / row["shard"]), shardshuffle=False)
@@ -163,7 +130,7 @@ def test_extract_table_and_reference_feature(tiny, tmp_path):
     fo = row["frame_offsets"]
     frames = [simplejpeg.decode_jpeg(sample["jpgs"][fo[i] : fo[i + 1]]) for i in range(row["num_frames"])]
     views = []
-    for clip in clip_indices(row["num_frames"], 4, 2, 2):
+    for clip in uniform_clips(row["num_frames"], 4, 2, 2):
         views.append(spatial_crops(torch.from_numpy(np.stack([frames[i] for i in clip])), 32, 3))
     with torch.no_grad():
         ref = model.backbone(normalize(torch.cat(views), torch.device("cpu"))).mean(0).numpy()
@@ -221,11 +188,8 @@ def test_one_and_two_ranks_give_the_same_features(tiny, tmp_path):
 
 def test_compute_features_on_no_videos(tiny):
     data, ckpt = tiny
-    from moquad.eval.common import load_checkpoint
-
-    model, _ = load_checkpoint(ckpt)
-    table = pq.read_table(data / "manifests" / "test.parquet")
-    idx, emb = compute_features(model.backbone, eval_cfg(data, ckpt, data), table, [])
+    model, _ = load_model(ckpt)
+    idx, emb = compute_features(model.backbone, eval_cfg(data, ckpt, data), Split(data, "test"), [])
     assert idx == [] and emb.shape[0] == 0
 
 
@@ -258,11 +222,9 @@ def test_extract_and_retrieve_on_preprocessed_synthetic_videos(synth_root, tmp_p
     sample = next(s for s in wds.WebDataset(str(data / row["shard"]), shardshuffle=False)
                   if json.loads(s["json"])["video_id"] == row["video_id"])
     fo = row["frame_offsets"]
-    clip = clip_indices(row["num_frames"], 4, 2, 1)[0]
+    clip = uniform_clips(row["num_frames"], 4, 2, 1)[0]
     frames = np.stack([simplejpeg.decode_jpeg(sample["jpgs"][fo[i] : fo[i + 1]]) for i in clip])
-    from moquad.eval.common import load_checkpoint, normalize
-
-    model, _ = load_checkpoint(ckpt)
+    model, _ = load_model(ckpt)
     with torch.no_grad():
         ref = model.eval().backbone(normalize(spatial_crops(torch.from_numpy(frames), 32, 1), torch.device("cpu")))
     np.testing.assert_allclose(f["embedding"][0], ref[0].numpy(), rtol=1e-4, atol=1e-5)

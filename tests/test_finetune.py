@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from moquad.eval.clips import clip_indices, spatial_crops
-from moquad.eval.common import normalize
+from moquad.data.augment import normalize
+from moquad.data.sampling import uniform_clips
+from moquad.eval.clips import spatial_crops
 from moquad.eval.finetune import finetune, load_classifier
 
 
@@ -35,14 +36,13 @@ def test_finetune_end_to_end(tmp_path):
     # independent reference for one test video: 2 clips x 3 crops from raw frames, softmax averaged
     import pyarrow.parquet as pq
 
-    from moquad.data.frames import read_frames
+    from moquad.data.store import Split
 
     net, meta = load_classifier(out / "finetune_model.pt")
     assert meta["classes"] == ["Red", "Green", "Blue"]
     row = pq.read_table(data / "manifests" / "test.parquet").to_pylist()[2]
-    idx = clip_indices(row["num_frames"], 4, 2, 2)
-    views = [spatial_crops(torch.from_numpy(read_frames(data / row["shard"], row["jpgs_offset"], row["frame_offsets"],
-                                                        list(c))), 32, 3) for c in idx]
+    idx = uniform_clips(row["num_frames"], 4, 2, 2)
+    views = [spatial_crops(torch.from_numpy(Split(data, "test").read_frames(2, list(c))), 32, 3) for c in idx]
     with torch.no_grad():
         probs = net(normalize(torch.cat(views), torch.device("cpu"))).softmax(1).mean(0)
     pred = next(p for p in res["predictions"] if p["video_id"] == row["video_id"])

@@ -57,8 +57,8 @@ def test_cvrl_probe_leaves_backbone_untouched(tmp_path, monkeypatch):
         seen["model"] = model
         return model, c
 
-    monkeypatch.setitem(lin.__dict__, "_orig_load", lin.load_checkpoint)
-    monkeypatch.setattr(lin, "load_checkpoint", spy)
+    monkeypatch.setitem(lin.__dict__, "_orig_load", lin.load_model)
+    monkeypatch.setattr(lin, "load_model", spy)
     cfg = eval_cfg(data, ckpt, tmp_path / "out", epochs=2, batch_size=4, lr=0.5, optimizer="sgd")
     res = linear(cfg, fast=False, frames=4, dilation=1)
     original = torch.load(ckpt, weights_only=True)["model"]

@@ -3,7 +3,7 @@ and exact resume after ``kill -9``."""
 
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,17 +20,19 @@ from moquad.train.checkpoint import load, load_model
 from moquad.train.log import read_log
 from moquad.train.plot import plot_run
 
-VIEW_NAMES = {
-    "moquad": ("anchor", "ad_pos", "intra_neg", "ad_intra_neg"),
-    "appearance": ("anchor", "pos"),
-    "simclr": ("anchor", "pos"),
-}
+
+def view_names(cfg) -> tuple[str, ...]:
+    if cfg.mode == "moquad":
+        names = ["anchor", "ad_pos" if cfg.ad_pos else "pos"]
+        return tuple(names + ["intra_neg"] * cfg.intra_neg + ["ad_intra_neg"] * cfg.ad_intra_neg)
+    return {"appearance": ("clip_n", "clip_m"), "pair": ("clip1", "clip2")}[cfg.mode]
 
 
-def fake_loader(data_dir, cfg, *, split="train", batch_size, epoch=0, rank=0, world_size=1, num_batches=None):
+def fake_loader(data_dir, cfg, *, split="train", batch_size, epoch=0, rank=0, world_size=1, start=0,
+                num_batches=None):
     """Random uint8 views, deterministic per (seed, epoch, rank, batch) like the real loader."""
-    names = VIEW_NAMES[cfg.mode]
-    for i in range(num_batches):
+    names = view_names(cfg)
+    for i in range(start, num_batches):
         g = torch.Generator().manual_seed(((cfg.seed * 1000 + epoch) * 100 + rank) * 1000 + i)
         views = torch.randint(
             0,
@@ -48,16 +50,6 @@ def fake_loader(data_dir, cfg, *, split="train", batch_size, epoch=0, rank=0, wo
         }
 
 
-def patch_normalize(module) -> None:
-    """Use a stand-in for moquad.data.augment.normalize until the data package provides it."""
-    if importlib.util.find_spec("moquad.data.augment") is None:
-
-        def normalize(x, device):
-            return (x.to(device).float() / 255 - 0.45) / 0.225
-
-        module._normalize = normalize
-
-
 def make_cfg(out, **kw) -> PretrainConfig:
     base = dict(
         data="unused",
@@ -72,6 +64,7 @@ def make_cfg(out, **kw) -> PretrainConfig:
         warmup_ratio=0.3,
         hard_beta=0.1,
         ckpt_every=3,
+        log_every=1,
         device="cpu",
         loader=LoaderConfig(frames=4, size=32),
     )
@@ -83,12 +76,11 @@ def make_cfg(out, **kw) -> PretrainConfig:
 def _single_process(monkeypatch):
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
-    patch_normalize(loop)
 
 
 def test_pretrain_outputs_and_stages(tmp_path):
-    cfg = make_cfg(tmp_path / "run", epochs=2, steps_per_epoch=None, warmup_ratio=0.5)
-    path = loop.pretrain(cfg, loader_fn=fake_loader, batches_fn=lambda d, s, b: 2, keep_every_epochs=1)
+    cfg = make_cfg(tmp_path / "run", epochs=2, steps_per_epoch=2, warmup_ratio=0.5)
+    path = loop.pretrain(cfg, loader_fn=fake_loader, keep_every_epochs=1)
     run = tmp_path / "run"
     assert path == run / "checkpoints" / "last.pt"
     assert (run / "config.yaml").is_file() and any((run / "tb").iterdir())
@@ -111,7 +103,7 @@ def test_pretrain_outputs_and_stages(tmp_path):
     assert png.is_file() and png.stat().st_size > 1000
 
     with pytest.raises(ValueError, match="--resume"):
-        loop.pretrain(cfg, loader_fn=fake_loader, batches_fn=lambda d, s, b: 2)
+        loop.pretrain(cfg, loader_fn=fake_loader)
     with pytest.raises(ValueError, match="epochs"):
         loop.pretrain(
             make_cfg(run, epochs=3, steps_per_epoch=2, warmup_ratio=0.5, resume=True), loader_fn=fake_loader
@@ -121,17 +113,25 @@ def test_pretrain_outputs_and_stages(tmp_path):
         loop.pretrain(
             cfg.__class__(**{**cfg.__dict__, "resume": True}),
             loader_fn=fake_loader,
-            batches_fn=lambda d, s, b: 2,
         )
         == path
     )
     assert load(path)["step"] == 4
 
 
-def test_simclr_and_short_loader(tmp_path):
-    cfg = make_cfg(tmp_path / "s", method="simclr", epochs=1, steps_per_epoch=2)
+def test_simclr_ladder_base_classic_and_short_loader(tmp_path):
+    cfg = make_cfg(tmp_path / "s", method="simclr_classic", epochs=1, steps_per_epoch=2)
     loop.pretrain(cfg, loader_fn=fake_loader, tensorboard=False)
-    assert [r["mode"] for r in read_log(tmp_path / "s" / "log.jsonl")] == ["simclr", "simclr"]
+    assert [r["mode"] for r in read_log(tmp_path / "s" / "log.jsonl")] == ["pair", "pair"]
+    seen = []
+
+    def spy(data, lcfg, **kw):
+        seen.append((lcfg.mode, view_names(lcfg)))
+        return fake_loader(data, lcfg, **kw)
+
+    loop.pretrain(make_cfg(tmp_path / "b", method="simclr", epochs=2, steps_per_epoch=1, warmup_ratio=0.5),
+                  loader_fn=spy, tensorboard=False)
+    assert seen == [("appearance", ("clip_n", "clip_m")), ("moquad", ("anchor", "pos"))]
 
     def short(*a, num_batches=None, **kw):
         return fake_loader(*a, num_batches=1, **kw)
@@ -149,13 +149,12 @@ import os, signal, sys
 import torch
 torch.set_num_threads(1)
 sys.path.insert(0, {tests!r})
-from test_loop import fake_loader, make_cfg, patch_normalize
+from test_loop import fake_loader, make_cfg
 from moquad.train import loop
-patch_normalize(loop)
 out, kill_at, resume = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 def loader(*a, **kw):
     for i, batch in enumerate(fake_loader(*a, **kw)):
-        if kw["epoch"] * 4 + i == kill_at:
+        if kw["epoch"] * 4 + kw["start"] + i == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
         yield batch
 loop.pretrain(make_cfg(out, resume=resume), loader_fn=loader, tensorboard=False, progress=False)
@@ -214,7 +213,7 @@ def test_real_shards_end_to_end_and_resume(synth_root, tmp_path):
         epochs=2,
         warmup_ratio=0.5,
         ckpt_every=1,
-        loader=LoaderConfig(frames=4, size=32, workers=0, shuffle_buffer=4, donor_pool=8),
+        loader=LoaderConfig(frames=4, size=32, workers=0),
     )
     loop.pretrain(make_cfg(tmp_path / "full", **kw), tensorboard=False, progress=False)
     full = read_log(tmp_path / "full" / "log.jsonl")
@@ -255,3 +254,99 @@ def test_resume_refuses_changed_loader(tmp_path):
     )
     with pytest.raises(ValueError, match=r"loader.frames: 4 -> 8"):
         loop.pretrain(changed, loader_fn=fake_loader, tensorboard=False, progress=False)
+
+
+def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    """DINO's guard: the first non-finite loss stops the run; the checkpoint before it is left as it was."""
+    from moquad.errors import MoquadError
+
+    cfg = make_cfg(tmp_path / "n", epochs=2, steps_per_epoch=3, warmup_ratio=0.0, ckpt_every=2)
+    real = loop.forward_loss
+
+    def poisoned(model, views, names, mode, **kw):
+        loss, stats = real(model, views, names, mode, **kw)
+        poisoned.calls += 1
+        return (loss * float("nan") if poisoned.calls == 4 else loss), stats
+
+    poisoned.calls = 0
+    monkeypatch.setattr(loop, "forward_loss", poisoned)
+    with pytest.raises(MoquadError, match=r"loss is nan at step 4 \(lr [0-9.e-]+\); last good checkpoint: .*last.pt"):
+        loop.pretrain(cfg, loader_fn=fake_loader, tensorboard=False, progress=False)
+    ckpt = load(tmp_path / "n" / "checkpoints" / "last.pt")
+    assert ckpt["step"] == 3  # the end of epoch 0, written before the bad step; nothing after it
+    assert all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
+
+
+def test_log_steps_are_the_only_sync_points(tmp_path, monkeypatch):
+    """Values logged every 3 steps are the means over those steps (nothing is read per step)."""
+    cfg = make_cfg(tmp_path / "s", epochs=1, steps_per_epoch=6, log_every=3, warmup_ratio=0.0)
+    loop.pretrain(cfg, loader_fn=fake_loader, tensorboard=False, progress=False)
+    recs = read_log(tmp_path / "s" / "log.jsonl")
+    assert [r["step"] for r in recs] == [3, 6] and all(r["steps"] == 3 for r in recs)
+    every = make_cfg(tmp_path / "e", epochs=1, steps_per_epoch=6, log_every=1, warmup_ratio=0.0)
+    loop.pretrain(every, loader_fn=fake_loader, tensorboard=False, progress=False)
+    losses = [r["loss"] for r in read_log(tmp_path / "e" / "log.jsonl")]
+    assert recs[0]["loss"] == pytest.approx(sum(losses[:3]) / 3, rel=1e-5)
+    assert recs[1]["loss"] == pytest.approx(sum(losses[3:]) / 3, rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def coded_shards(tmp_path_factory):
+    from fixtures import coded_dataset
+
+    return coded_dataset(tmp_path_factory.mktemp("coded"), num_videos=16, num_frames=20, videos_per_shard=4)
+
+
+def _real_cfg(out, data, **kw):
+    return make_cfg(out, data=str(data), steps_per_epoch=None, epochs=2, warmup_ratio=0.0,
+                    loader=LoaderConfig(frames=4, size=32, workers=0, **kw))
+
+
+def test_a_damaged_sample_is_skipped_logged_and_the_run_finishes(coded_shards, tmp_path):
+    import shutil
+
+    from test_pipeline import _damage
+
+    data = tmp_path / "data"
+    shutil.copytree(coded_shards, data)
+    _damage(data, "v06")
+    loop.pretrain(_real_cfg(tmp_path / "r", data, max_bad_fraction=0.2), tensorboard=False, progress=False)
+    lines = [json.loads(x) for x in (tmp_path / "r" / "bad_samples.jsonl").read_text().splitlines()]
+    assert {x["video_id"] for x in lines} == {"v06"} and all(x["reason"] == "checksum mismatch" for x in lines)
+    assert load(tmp_path / "r" / "checkpoints" / "last.pt")["step"] == 8  # every step ran, batches stayed full
+    recs = read_log(tmp_path / "r" / "log.jsonl")
+    assert recs[-1]["bad_samples"] == sum(x["epoch"] == 1 for x in lines)
+    from moquad.errors import MoquadError
+
+    with pytest.raises(MoquadError, match=r"unreadable, more than --max-bad-fraction 0.01"):
+        loop.pretrain(_real_cfg(tmp_path / "s", data), tensorboard=False, progress=False)
+
+
+def test_resume_deep_into_an_epoch_does_not_read_the_batches_before(coded_shards, tmp_path, monkeypatch):
+    """A checkpoint at step 7 of an 8-step epoch: the resumed run reads only the last batch of the epoch."""
+    from moquad.data import store
+
+    cfg = make_cfg(tmp_path / "d", data=str(coded_shards), steps_per_epoch=None, epochs=1, batch_size=2,
+                   ckpt_every=7, warmup_ratio=0.0, loader=LoaderConfig(frames=4, size=32, workers=0))
+    reads = []
+    payload = store.Split.payload
+    monkeypatch.setattr(store.Split, "payload", lambda self, i, verify=True: reads.append(i) or payload(self, i, verify))
+
+    class Stop(Exception):
+        pass
+
+    from moquad.data.pipeline import make_loader
+
+    def stop_after_7(*a, **k):
+        for i, b in enumerate(make_loader(*a, **k)):
+            if i == 7:
+                raise Stop
+            yield b
+
+    with pytest.raises(Stop):
+        loop.pretrain(cfg, loader_fn=stop_after_7, tensorboard=False, progress=False)
+    assert load(tmp_path / "d" / "checkpoints" / "last.pt")["step"] == 7
+    reads.clear()
+    loop.pretrain(dataclasses.replace(cfg, resume=True), tensorboard=False, progress=False)
+    assert len(reads) == 2  # batch 8 only (2 videos), not the 14 videos of batches 1..7
+    assert load(tmp_path / "d" / "checkpoints" / "last.pt")["step"] == 8

@@ -20,9 +20,10 @@ def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return sum(a[k] * b[k] for k in range(a.shape[0]))
 
 
-def ref_quad(z, names, tau, beta, alpha, anchors):
-    """Eq. 1 / Eq. 4 written out: one anchor, one candidate at a time."""
+def ref_quad(z, names, tau, beta, alpha, anchors, videos=None):
+    """Eq. 1 / Eq. 4 written out: one anchor, one candidate at a time (inter negatives: other videos)."""
     g, v, _ = z.shape
+    videos = list(range(g)) if videos is None else videos
     zn = [[_unit(z[j, s]) for s in range(v)] for j in range(g)]
     pos_v = [k for k, n in enumerate(names) if n in ("ad_pos", "pos")][0]
     intra_v = [k for k, n in enumerate(names) if n in ("intra_neg", "ad_intra_neg")]
@@ -31,8 +32,8 @@ def ref_quad(z, names, tau, beta, alpha, anchors):
         a = zn[i][0]
         s_pos = _dot(a, zn[i][pos_v])
         s_intra = [_dot(a, zn[i][k]) for k in intra_v]
-        s_inter = [_dot(a, zn[j][s]) for j in range(g) if j != i for s in range(v)]
-        k = 0 if beta == 0 else max(1, int(beta * len(s_inter)))
+        s_inter = [_dot(a, zn[j][s]) for j in range(g) if videos[j] != videos[i] for s in range(v)]
+        k = 0 if beta == 0 else max(1, int(beta * (g - 1) * v))
         order = sorted(range(len(s_inter)), key=lambda t: -s_inter[t].item())
         hard = set(order[:k])
         w_intra = alpha if k else 1.0
@@ -108,13 +109,14 @@ def test_hard_k_rule():
     assert hard_k(12, 0.5) == 6
 
 
-def ref_appearance(z, tau):
+def ref_appearance(z, tau, videos=None):
     g = z.shape[0]
+    videos = list(range(g)) if videos is None else videos
     zn = [[_unit(z[j, s]) for s in range(2)] for j in range(g)]
     total = 0.0
     for i in range(g):
         pos = torch.exp(_dot(zn[i][0], zn[i][1]) / tau)
-        neg = sum(torch.exp(_dot(zn[i][0], zn[j][s]) / tau) for j in range(g) if j != i for s in range(2))
+        neg = sum(torch.exp(_dot(zn[i][0], zn[j][s]) / tau) for j in range(g) if videos[j] != videos[i] for s in range(2))
         total = total - torch.log(pos / (pos + neg))
     return total / g
 
@@ -128,14 +130,16 @@ def test_appearance_loss_matches_loop():
     torch.testing.assert_close(g_got, g_want, atol=1e-5, rtol=1e-4)
 
 
-def ref_nt_xent(z, tau):
+def ref_nt_xent(z, tau, videos=None):
     g = z.shape[0]
+    videos = list(range(g)) if videos is None else videos
     views = [_unit(z[j, s]) for s in range(2) for j in range(g)]  # index s*g + j
     total = 0.0
     for a in range(2 * g):
         p = (a + g) % (2 * g)
         pos = torch.exp(_dot(views[a], views[p]) / tau)
-        denom = sum(torch.exp(_dot(views[a], views[c]) / tau) for c in range(2 * g) if c != a)
+        denom = pos + sum(torch.exp(_dot(views[a], views[c]) / tau) for c in range(2 * g)
+                          if videos[c % g] != videos[a % g])
         total = total - torch.log(pos / denom)
     return total / (2 * g)
 
@@ -183,3 +187,39 @@ def test_view_roles_and_errors():
         moquad_loss(torch.randn(2, 3, 4), QUAD)
     with pytest.raises(ValueError):
         nt_xent_loss(torch.randn(2, 4, 4))
+
+
+DUP = [0, 1, 2, 1, 3]  # manifest indices of a batch in which video 1 appears twice
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.25])
+def test_same_video_is_never_an_inter_negative(beta):
+    """A duplicated video's other copy is masked in Eq. 1 / Eq. 4, values and gradients against the loop."""
+    torch.manual_seed(6)
+    z = torch.randn(5, 4, 8, dtype=torch.float64)
+    video = torch.tensor(DUP)
+    got, g_got = _grad(lambda x: moquad_loss(x.float(), QUAD, hard_beta=beta, video=video), z)
+    want, g_want = _grad(lambda x: ref_quad(x, QUAD, 0.1, beta, 1.5, range(5), DUP)[0], z)
+    assert float(got) == pytest.approx(float(want), rel=1e-5)
+    torch.testing.assert_close(g_got, g_want, atol=1e-5, rtol=1e-4)
+    plain, _ = moquad_loss(z.float(), QUAD, hard_beta=beta)
+    assert float(plain) != pytest.approx(float(got), rel=1e-4)  # the mask changes the value
+    # a rank's slice against the gathered batch masks the same way
+    part, _ = moquad_loss(z[1:3].float(), QUAD, z_global=z.float(), offset=1, hard_beta=beta,
+                          video=video[1:3], video_global=video)
+    want_part = ref_quad(z, QUAD, 0.1, beta, 1.5, [1, 2], DUP)[0]
+    assert float(part) == pytest.approx(float(want_part), rel=1e-5)
+
+
+def test_same_video_masked_in_eq3_and_nt_xent():
+    torch.manual_seed(7)
+    z = torch.randn(5, 2, 8, dtype=torch.float64)
+    video = torch.tensor(DUP)
+    got, g_got = _grad(lambda x: appearance_loss(x.float(), tau=0.2, video=video), z)
+    want, g_want = _grad(lambda x: ref_appearance(x, 0.2, DUP), z)
+    assert float(got) == pytest.approx(float(want), rel=1e-5)
+    torch.testing.assert_close(g_got, g_want, atol=1e-5, rtol=1e-4)
+    got, g_got = _grad(lambda x: nt_xent_loss(x.float(), tau=0.1, video=video), z)
+    want, g_want = _grad(lambda x: ref_nt_xent(x, 0.1, DUP), z)
+    assert float(got) == pytest.approx(float(want), rel=1e-5)
+    torch.testing.assert_close(g_got, g_want, atol=1e-5, rtol=1e-4)

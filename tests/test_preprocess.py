@@ -17,7 +17,7 @@ import webdataset as wds
 from test_preprocess_layouts import make_hmdb51, make_k400, make_ssv2, make_ucf101, pyav_count
 
 from moquad.config import PreprocessConfig
-from moquad.data.frames import decode_frames, read_frames
+from moquad.data.store import Split, decode_frames
 from moquad.preprocess.manifest import read_dataset_info, read_errors, read_manifest, shard_paths, verify
 from moquad.preprocess.run import merge, preprocess
 
@@ -78,7 +78,8 @@ def test_every_frame_decodes_from_its_byte_range_alone(ucf):
     _, out, expect, _ = ucf
     for split in ("train", "test"):
         table = read_manifest(out, split)
-        for r in table.to_pylist():
+        reader = Split(out, split)
+        for n, r in enumerate(table.to_pylist()):
             fo = r["frame_offsets"]
             with open(out / r["shard"], "rb") as f:
                 for i in range(r["num_frames"]):
@@ -86,7 +87,7 @@ def test_every_frame_decodes_from_its_byte_range_alone(ucf):
                     one = f.read(fo[i + 1] - fo[i])
                     img = decode_frames(one, [0, len(one)], [0])[0]
                     assert img.shape == (r["height"], r["width"], 3)
-            frames = read_frames(out / r["shard"], r["jpgs_offset"], fo, [0, r["num_frames"] - 1])
+            frames = reader.read_frames(n, [0, r["num_frames"] - 1])
             assert frames.shape == (2, r["height"], r["width"], 3)
 
 

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 from test_preprocess_layouts import BROKEN, CLIPS, make_broken, pyav_count
 
-from moquad.data.frames import decode_frames
+from moquad.data.store import decode_frames
 from moquad.preprocess.transcode import (
     VideoError,
     ffmpeg_exe,

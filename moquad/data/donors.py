@@ -1,110 +1,80 @@
-"""Cross-shard donor pool for RAD-inter: frames of OTHER videos to fill the noise-image windows.
+"""RAD-inter donors: frames of random OTHER videos of the split, read by index, one pool per batch.
 
-Each loader worker owns one pool, fed by an independent stream of tar samples over the split's
-shards in a different order than the main stream (its own seed), so donors are uncorrelated with
-the shard being read and rarely come from it. The donor stream reads each sample's JSON and then
-seeks to just the ``per_video`` random frames it needs (the frame index makes that possible), so it
-costs two small reads and two JPEG decodes per video instead of a second full read of the data.
-The pool is a ring buffer of ``capacity`` frames (default 256) stored at the RAD window size;
-after every main sample one more donor video is pulled, which keeps the pool fresh. A donor is
-never drawn from the video being disturbed: entries carry their video id and
-:meth:`DonorPool.draw` excludes it.
+For each batch the loader draws ``donors_per_sample * batch`` distinct videos of the split at random
+(seeded by seed, epoch, batch and rank), reads ONE random frame of each by its byte range (a single
+small read each, thanks to the manifest's frame index) and stores it at the RAD window size. Each
+disturbed view then fills its ``k * k`` windows from that pool, never with its own video and, when the
+split has more than one shard, from shards other than its own whenever the pool holds such frames
+(donors are then uncorrelated with the shard being read: the cross-shard donors of the design).
+A donor frame that fails to read or decode is left out of the pool (it is not a training sample).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
-from moquad.data.disturb import resize_donors
-from moquad.data.frames import decode_jpeg
-from moquad.data.tarread import tar_members
-
-Donor = tuple[str, list[bytes]]  # (video id, JPEG bytes of a few of its frames)
-
-
-def donor_stream(urls: Iterator[dict[str, Any]], rng: np.random.Generator, per_video: int = 2) -> Iterator[Donor]:
-    """Stage: shard items ``{"url"}`` -> ``(video_id, [JPEG bytes of per_video random frames])``."""
-    for item in urls:
-        with open(item["url"], "rb") as f:
-            meta, key = None, None
-            for member, offset, size in tar_members(f, item["url"]):
-                name, _, ext = member.rpartition("/")[2].partition(".")
-                if ext == "json":
-                    f.seek(offset)
-                    meta, key = json.loads(f.read(size)), name
-                elif ext == "jpgs" and meta is not None and name == key:
-                    offsets = meta["frame_offsets"]
-                    n = len(offsets) - 1
-                    frames = []
-                    for i in rng.choice(n, size=min(per_video, n), replace=False):
-                        f.seek(offset + offsets[i])
-                        frames.append(f.read(offsets[i + 1] - offsets[i]))
-                    yield str(meta["video_id"]), frames
-                    meta = None
+from moquad.data.store import BadSample, Split, decode_jpeg
+from moquad.data.views import DonorPick
+from moquad.errors import MoquadError
 
 
+def resize_cells(frames: torch.Tensor, cell: int) -> torch.Tensor:
+    """uint8 frames (N, H, W, 3) -> uint8 (N, cell, cell, 3) (bilinear, antialiased, aspect not kept)."""
+    x = frames.permute(0, 3, 1, 2)
+    x = F.interpolate(x, size=(cell, cell), mode="bilinear", antialias=True, align_corners=False)
+    return x.permute(0, 2, 3, 1).contiguous()
+
+
+@dataclass
 class DonorPool:
-    """Ring buffer of donor frames uint8 (cell, cell, 3) with the id of the video each came from."""
+    """Donor frames of one batch: ``cells`` uint8 (P, c, c, 3) and where each came from."""
 
-    def __init__(self, donors: Iterator[Donor], capacity: int, cell: int) -> None:
-        if capacity < 1:
-            raise ValueError(f"donor_pool must be >= 1, got {capacity}")
-        self.donors = donors
-        self.capacity = capacity
-        self.cell = cell
-        self.frames = torch.zeros((capacity, cell, cell, 3), dtype=torch.uint8)
-        self.ids = np.full(capacity, "", dtype=object)
-        self.keys = np.zeros(capacity, dtype=np.int64)  # hash(id): excluding a video is an integer compare
-        self.size = 0
-        self._next = 0
+    cells: torch.Tensor
+    video: np.ndarray  # (P,) manifest index of the donor video
+    shard: np.ndarray  # (P,) its shard id
+    ids: list[str]
+    bytes_read: int = 0
 
-    def add(self, video_id: str, frames: torch.Tensor) -> None:
-        """Insert donor frames uint8 (N, cell, cell, 3), replacing the oldest entries."""
-        for f in frames:
-            self.frames[self._next] = f
-            self.ids[self._next] = video_id
-            self.keys[self._next] = hash(video_id)
-            self._next = (self._next + 1) % self.capacity
-            self.size = min(self.size + 1, self.capacity)
-
-    def pull(self, videos: int = 1) -> None:
-        """Read ``videos`` more videos from the donor stream and add their frames."""
-        for _ in range(videos):
-            try:
-                video_id, jpegs = next(self.donors)
-            except StopIteration:
-                raise RuntimeError("the donor stream ended; it must cycle over the shards") from None
-            frames = torch.from_numpy(np.stack([decode_jpeg(j) for j in jpegs]))
-            self.add(video_id, resize_donors(frames, self.cell))
-
-    def fill(self, max_videos: int | None = None) -> None:
-        """Pull until the pool is full (at most ``max_videos`` videos; default enough to fill it)."""
-        limit = max_videos if max_videos is not None else self.capacity
-        pulled = 0
-        while self.size < self.capacity and pulled < limit:
-            self.pull(1)
-            pulled += 1
-
-    def draw(self, count: int, exclude: str, rng: np.random.Generator) -> tuple[torch.Tensor, list[str]]:
-        """``count`` donor frames (with replacement) from videos other than ``exclude``, and their ids."""
-        if self.size == 0:
-            self.fill()
-        key = hash(exclude)  # (a hash collision could only exclude one more video, never admit this one)
-        candidates = np.flatnonzero(self.keys[: self.size] != key)
-        tries = 0
-        while len(candidates) == 0 and tries < 4 * self.capacity:  # pool holds only this video: read on
-            self.pull(1)
-            tries += 1
-            candidates = np.flatnonzero(self.keys[: self.size] != key)
+    def picker(self, video: int, shard: int) -> DonorPick:
+        """``pick(count, rng)`` for one sample: windows from other videos, other shards when possible."""
+        other_video = self.video != video
+        other_shard = other_video & (self.shard != shard)
+        candidates = np.flatnonzero(other_shard if other_shard.any() else other_video)
         if len(candidates) == 0:
-            raise ValueError(
-                "RAD-inter needs donor frames from other videos but the split has only one video; "
-                "use appearance_op=rad_intra or add videos"
-            )
-        pick = candidates[rng.integers(0, len(candidates), size=count)]
-        return torch.from_numpy(self.frames.numpy()[pick]), self.ids[pick].tolist()  # numpy take: 8x less overhead
+            raise MoquadError("RAD-inter needs donor frames from other videos but none could be read (a split "
+                              "of one video?); use --set loader.appearance_op=rad_intra or add videos")
+
+        def pick(count: int, rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
+            chosen = candidates[rng.integers(0, len(candidates), size=count)]
+            return chosen, [self.ids[int(c)] for c in chosen]
+
+        return pick
+
+
+def donor_pool(split: Split, count: int, cell: int, rng: np.random.Generator) -> DonorPool:
+    """Read one random frame of each of ``count`` distinct random videos (at least two when possible)."""
+    n = len(split)
+    count = min(n, max(2, count))
+    chosen = rng.choice(n, size=count, replace=False) if count < n else rng.permutation(n)
+    frames, videos, used = [], [], 0
+    for i in chosen.tolist():
+        f = int(rng.integers(0, split.num_frames[i]))
+        try:
+            data = split.frame_bytes(i, f)
+            used += len(data)
+            frames.append(decode_jpeg(data))
+        except (BadSample, OSError):
+            continue
+        videos.append(i)
+    video = np.asarray(videos, dtype=np.int64)
+    if frames:
+        sizes = {fr.shape for fr in frames}
+        cells = torch.cat([resize_cells(torch.from_numpy(fr[None]), cell) for fr in frames]) if len(sizes) > 1 \
+            else resize_cells(torch.from_numpy(np.stack(frames)), cell)
+    else:
+        cells = torch.zeros((0, cell, cell, 3), dtype=torch.uint8)
+    return DonorPool(cells, video, split.shard[video], [str(split.video_id[i]) for i in videos], used)

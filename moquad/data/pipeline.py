@@ -1,269 +1,183 @@
-"""Streaming loader: webdataset stages from tar shards to batches of views (used by pretrain).
+"""The pre-training loader: the manifest is the dataset, epochs are exact, a batch is ONE computed item.
 
-Stages, per DataLoader worker of each rank::
+Per rank and epoch, batch ``j`` (:class:`~moquad.data.sampler.EpochPlan`) is built by one DataLoader
+worker in small stages, all driven by the manifest (:class:`~moquad.data.store.Split`):
 
-    shard list -> shuffle(seed, epoch) -> split_by_node -> split_by_worker -> tar samples
-      -> sample shuffle buffer -> views (+ cross-shard donor pool) -> batch
+    videos of batch j -> read payload by offset + sha256 -> draw ViewParams (seed, epoch, video)
+      -> decode the frames the views use into the batch -> RAD donors (one frame of random other
+      videos, read by index) -> apply_views (here) or ship frames + parameters (augment_on_device)
 
-- Shuffle: the shard order is a permutation drawn from ``(seed, epoch)``, identical on every rank,
-  so the round-robin node split gives each rank a disjoint set of shards (hence of videos); the
-  sample buffer, clip starts and augmentations use ``(seed, epoch, rank, worker)``. New epoch, new
-  order; same ``(seed, epoch, world_size, workers)``, same batches.
-- Equal length: each rank yields exactly ``num_batches`` batches (default
-  :func:`batches_per_epoch`, the same on every rank). A worker cycles over its shards (each pass
-  in a new order) until it has produced its share, like webdataset's ``with_epoch``; worker ``w``
-  makes ``num_batches // W (+1 if w < num_batches % W)`` and the DataLoader interleaves them.
-- Balance: all workers make (almost) the same number of batches; with unequal shards a worker with
-  fewer videos starts its next pass early, so within one epoch some videos can appear twice and
-  others not at all (as with ``with_epoch``); the shuffle buffer also mixes consecutive passes.
-- Tar samples: read by :func:`tar_samples` (webdataset's grouping rule, one read per member).
-- Few shards: with fewer shards than ``world_size * workers`` the same node/worker split is done
-  per VIDEO instead (every consumer reads all shards and keeps its videos, positions drawn from
-  ``(seed, epoch)`` over the manifest): still disjoint, but each shard is read by every consumer;
-  write more shards (smaller ``--shard-size``) for big runs.
-- ``augment_on_device``: the views stage only draws parameters and the batch stage decodes the
-  frames into the batch (:mod:`moquad.data.raw`); the pixels are augmented on the accelerator by
-  ``moquad.data.augment.device_augment``. The tar stage then leaves the ``.jpgs`` payload unread
-  and the workers read just the frames their clips use.
-- Multi-node safety: when a torch.distributed group is initialised, ``world_size``/``rank`` must
-  match it (a loader built without them would silently duplicate data on every rank).
+- Deterministic whatever the number of workers: the DataLoader hands out batch indices in order, and
+  every random choice is seeded by ``(seed, epoch, video)`` (views) or ``(seed, epoch, batch, rank)``
+  (donor pool), never by a worker's state. Resuming at step k starts the sampler at batch k.
+- Bad samples: a payload that fails its checksum or a frame that fails to decode is replaced by a spare
+  video (outside the global batch, rank-disjoint), so batches stay full and equal on every rank; the
+  batch lists each skip in ``bad`` (video_id, shard, reason) for ``RUN/bad_samples.jsonl``.
+- Only the shards the manifest names are opened, each sample with ONE read of its payload; a missing or
+  short shard is an error at start-up. ``bytes`` reports what a batch read (payloads + donor frames).
+- Multi-node safety: when a torch.distributed group is initialised, ``world_size``/``rank`` must match it.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-import logging
-import random
-from collections.abc import Iterator, Sequence
-from functools import partial
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import webdataset as wds
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from moquad.config import LoaderConfig
-from moquad.data.disturb import cell_size
-from moquad.data.donors import DonorPool, donor_stream
-from moquad.data.raw import collate_raw, raw_views
-from moquad.data.tarread import tar_members
-from moquad.data.views import check_config, make_views, needs_donor_pool
+from moquad.data.augment import apply_views
+from moquad.data.donors import DonorPool, donor_pool, resize_cells
+from moquad.data.sampler import EpochPlan
+from moquad.data.store import BadSample, Split, decode_jpeg
+from moquad.data.views import ViewParams, cell_size, check_config, draw_views, needs_donors
+from moquad.errors import MoquadError
 
-log = logging.getLogger(__name__)
-
-
-def list_shards(data_dir: str | Path, split: str) -> list[str]:
-    """Sorted shard paths of ``split`` (``DIR/shards/{split}-*.tar``)."""
-    data_dir = Path(data_dir)
-    shards = sorted((data_dir / "shards").glob(f"{split}-*.tar"))
-    if not shards:
-        raise FileNotFoundError(
-            f"no shards for split {split!r} in {data_dir / 'shards'}; run `moquad preprocess ... --out {data_dir}` first"
-        )
-    return [str(p) for p in shards]
+_STACKED = ("frame_index", "box", "flip", "colour_ops", "colour_factors", "lam", "noise_frame")
 
 
-def num_videos(data_dir: str | Path, split: str) -> int:
-    """Number of videos in ``split`` (from dataset.json, else the manifest)."""
-    data_dir = Path(data_dir)
-    info = data_dir / "dataset.json"
-    if info.is_file():
-        count = json.loads(info.read_text()).get("splits", {}).get(split)
-        if isinstance(count, int):
-            return count
-    return len(_video_ids(data_dir, split))
+def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Uninitialised tensor, in shared memory inside a DataLoader worker (no copy when it is sent)."""
+    if get_worker_info() is None:  # numpy's allocator reuses big blocks: no page faults per batch
+        return torch.from_numpy(np.empty(shape, dtype=torch.empty((), dtype=dtype).numpy().dtype))
+    numel = int(np.prod(shape))
+    storage = torch.UntypedStorage._new_shared(numel * torch.empty((), dtype=dtype).element_size())
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
 
 
-def _video_ids(data_dir: Path, split: str) -> list[str]:
-    import pyarrow.parquet as pq
-
-    path = Path(data_dir) / "manifests" / f"{split}.parquet"
-    if not path.is_file():
-        raise FileNotFoundError(f"manifest {path} not found; run `moquad preprocess` (or `moquad verify {data_dir}`)")
-    return sorted(str(v) for v in pq.read_table(path, columns=["video_id"]).column("video_id").to_pylist())
-
-
-def batches_per_epoch(data_dir: str | Path, split: str, global_batch: int) -> int:
-    """Batches per rank per epoch: ``videos // global_batch`` (at least 1); the same on every rank."""
-    if global_batch < 1:
-        raise ValueError(f"batch size must be >= 1, got {global_batch}")
-    return max(1, num_videos(data_dir, split) // global_batch)
-
-
-# ---------------------------------------------------------------- stages
-
-
-def shard_list(shards: Sequence[str], seed: int, epoch: int) -> Iterator[dict[str, Any]]:
-    """Shard list + shuffle(seed, epoch), cycled forever.
-
-    Each item carries ``pos``, its place in the epoch's permutation (same on every rank), which the
-    splitters use; every further pass visits the shards in a new order.
-    """
-    perm = np.random.default_rng([seed, epoch]).permutation(len(shards))
-    items = [(str(shards[i]), pos) for pos, i in enumerate(perm)]
-    for p in itertools.count():
-        order = range(len(items)) if p == 0 else np.random.default_rng([seed, epoch, 1, p]).permutation(len(items))
-        for j in order:
-            url, pos = items[j]
-            yield {"url": url, "pos": pos}
-
-
-def split_by_node(src: Iterator[dict], rank: int, world_size: int) -> Iterator[dict]:
-    """Keep items whose ``pos`` is ``rank`` modulo ``world_size`` (round robin over ranks)."""
-    for item in src:
-        if item["pos"] % world_size == rank:
-            yield item
-
-
-def split_by_worker(src: Iterator[dict], worker: int, num_workers: int, world_size: int) -> Iterator[dict]:
-    """Keep the rank's items assigned to this DataLoader worker (round robin over workers)."""
-    for item in src:
-        if (item["pos"] // world_size) % num_workers == worker:
-            yield item
-
-
-def tag_video_position(src: Iterator[dict], positions: dict[str, int]) -> Iterator[dict]:
-    """Per-video split (few shards): give each sample ``pos`` = its video's place in the epoch order."""
-    misses = 0
-    for sample in src:
-        vid = str(json.loads(sample["json"])["video_id"])
-        if vid in positions:
-            misses = 0
-            sample["pos"] = positions[vid]
-            yield sample
+def _decode_into(out: np.ndarray, payload: bytes, offsets: np.ndarray, frames: np.ndarray,
+                 hw: tuple[int, int]) -> None:
+    """Decode ``frames`` of one video (``hw`` pixels) straight into ``out`` (>= U, >= H, >= W, 3); zero the padding."""
+    view = memoryview(payload)
+    height, width = hw
+    for j, f in enumerate(frames.tolist()):
+        data = view[offsets[f] : offsets[f + 1]]
+        if width == out.shape[2]:
+            frame = decode_jpeg(data, out=out[j, :height])
         else:
-            misses += 1
-            if misses > 10 * len(positions) + 100:
-                raise ValueError("shards do not match the manifest; run `moquad verify DIR`")
+            frame = decode_jpeg(data)
+            if frame.shape[:2] != (height, width):
+                raise BadSample(f"frame of {frame.shape[1]}x{frame.shape[0]} pixels, the manifest says {width}x{height}")
+            out[j, :height, :width] = frame
+        if frame.shape[:2] != (height, width):
+            raise BadSample(f"frame of {frame.shape[1]}x{frame.shape[0]} pixels, the manifest says {width}x{height}")
+    u = len(frames)
+    out[u:] = 0
+    out[:u, height:] = 0
+    out[:u, :height, width:] = 0
 
 
-def tar_samples(src: Iterator[dict], lazy: tuple[str, ...] = ()) -> Iterator[dict]:
-    """Stage: shard items ``{"url", "pos"}`` -> samples ``{"__key__", "__url__", "json", "jpgs", "pos"}``.
+class EpochBatches(Dataset):
+    """Map-style dataset whose item ``j`` is rank ``rank``'s whole batch ``j`` of the epoch."""
 
-    Same grouping as ``wds.tarfile_to_samples`` (files sharing a key before the first dot), but the
-    shard is opened seekable so each member is read with ONE read call instead of the streaming
-    reader's 10 KB chunks (8x less CPU per video, which matters next to ~60 JPEG decodes), and the
-    headers are parsed by :func:`moquad.data.tarread.tar_members` (10x less than ``tarfile``).
-    Incomplete samples (no ``.json`` or no ``.jpgs``) are skipped. Members whose extension is in
-    ``lazy`` are not read: the sample holds ``(shard path, byte offset, size)`` instead (the
-    ``augment_on_device`` workers then read only the frames their clips use).
-    """
-    for item in src:
-        url = item["url"]
-        with open(url, "rb") as f:
-            current: dict[str, Any] | None = None
-            for name, offset, size in tar_members(f, url):
-                key, _, ext = name.rpartition("/")[2].partition(".")
-                if current is not None and current["__key__"] != key:
-                    if "json" in current and "jpgs" in current:
-                        yield current
-                    current = None
-                if current is None:
-                    current = {"__key__": key, "__url__": url, "pos": item["pos"]}
-                if ext in lazy:
-                    current[ext] = (url, offset, size)
-                else:
-                    f.seek(offset)
-                    current[ext] = f.read(size)
-            if current is not None and "json" in current and "jpgs" in current:
-                yield current
-
-
-def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """List of per-video views -> the batch dict of the loader contract."""
-    views = torch.stack([s["views"].permute(0, 2, 3, 4, 1) for s in samples])  # channels-last memory
-    batch = {
-        "views": views.permute(0, 1, 5, 2, 3, 4),
-        "view_names": samples[0]["names"],
-        "video_id": [s["video_id"] for s in samples],
-        "label": torch.tensor([s["label"] for s in samples], dtype=torch.int64),
-        "lam": torch.from_numpy(np.stack([s["lam"] for s in samples])),
-    }
-    if "colour" in samples[0]:
-        batch["colour"] = torch.stack([s["colour"] for s in samples])
-    if "info" in samples[0]:
-        batch["info"] = [s["info"] for s in samples]
-    return batch
-
-
-class ViewStream(IterableDataset):
-    """One rank's stream of batches (exactly ``num_batches``, shared over the DataLoader workers)."""
-
-    def __init__(
-        self,
-        shards: Sequence[str],
-        cfg: LoaderConfig,
-        *,
-        batch_size: int,
-        epoch: int,
-        rank: int,
-        world_size: int,
-        num_batches: int,
-        positions: dict[str, int] | None = None,
-        debug: bool = False,
-        colour_on_device: bool = False,
-        augment_on_device: bool = False,
-    ) -> None:
-        self.shards, self.cfg, self.batch_size = list(shards), cfg, batch_size
-        self.epoch, self.rank, self.world_size, self.num_batches = epoch, rank, world_size, num_batches
-        self.positions = positions  # None: split by shard; else per video
-        self.debug = debug
-        self.colour_on_device = colour_on_device
-        self.augment_on_device = augment_on_device
+    def __init__(self, split: Split, cfg: LoaderConfig, plan: EpochPlan, epoch: int, rank: int, *,
+                 augment_on_device: bool, debug: bool) -> None:
+        self.split, self.cfg, self.plan, self.epoch, self.rank = split, cfg, plan, epoch, rank
+        self.augment_on_device, self.debug = augment_on_device, debug
 
     def __len__(self) -> int:
-        return self.num_batches
+        return self.plan.num_batches
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        count = self.num_batches // workers + (worker < self.num_batches % workers)
-        if count == 0:
-            return iter(())
-        cfg = self.cfg
-        seeds = np.random.SeedSequence([cfg.seed, self.epoch, self.rank, worker]).generate_state(3)
-        rng = np.random.default_rng(seeds[0])
-        node = partial(split_by_node, rank=self.rank, world_size=self.world_size)
-        by_worker = partial(split_by_worker, worker=worker, num_workers=workers, world_size=self.world_size)
-        stages: list[Any] = [partial(shard_list, self.shards, cfg.seed, self.epoch)]
-        samples = partial(tar_samples, lazy=("jpgs",) if self.augment_on_device else ())
-        if self.positions is None:
-            stages += [node, by_worker, samples]
-        else:
-            stages += [samples, partial(tag_video_position, positions=self.positions), node, by_worker]
+    def __getitem__(self, j: int) -> dict[str, Any]:
+        cfg, split = self.cfg, self.split
         pool = None
-        if needs_donor_pool(cfg):  # independent stream, its own shard order (seed), over ALL shards
-            donors = donor_stream(shard_list(self.shards, int(seeds[2]), self.epoch), np.random.default_rng(seeds[2]))
-            pool = DonorPool(donors, cfg.donor_pool, cell_size(cfg.size, cfg.rad_k))
-        buffer = max(1, cfg.shuffle_buffer)
-        stages += [
-            wds.shuffle(buffer, initial=buffer, rng=random.Random(int(seeds[1]))),
-            wds.map(partial(self._views, rng=rng, pool=pool)),
-            wds.batched(self.batch_size, collation_fn=collate_raw if self.augment_on_device else collate, partial=False),
-        ]
-        return itertools.islice(iter(wds.DataPipeline(*stages)), count)
+        if needs_donors(cfg):
+            rng = np.random.default_rng([cfg.seed, self.epoch, j, self.rank, 1 << 20])
+            pool = donor_pool(split, cfg.donors_per_sample * self.plan.per_rank, cell_size(cfg), rng)
+        rows = [int(i) for i in self.plan.batch(j, self.rank)]
+        spares = self.plan.spares(j, self.rank)
+        bad: list[dict[str, str]] = []
+        drawn = [self._draw(i, pool, spares, bad) for i in rows]
+        while True:  # decode; a sample that fails to decode is replaced and the batch decoded again
+            try:
+                return self._collate(drawn, pool, bad)
+            except _DecodeFailed as e:
+                i = drawn[e.pos][0]
+                bad.append(self._bad(i, str(e.reason)))
+                drawn[e.pos] = self._draw(self._next_spare(spares), pool, spares, bad)
 
-    def _views(self, sample: dict[str, Any], rng: np.random.Generator, pool: DonorPool | None) -> dict[str, Any]:
-        meta = json.loads(sample["json"])
+    def _next_spare(self, spares: Iterator[int]) -> int:
+        spare = next(spares, None)
+        if spare is None:
+            raise MoquadError(f"no readable spare video left in {self.split.data_dir} split {self.split.split!r}; "
+                              f"run `moquad verify {self.split.data_dir}`")
+        return spare
+
+    def _bad(self, i: int, reason: str) -> dict[str, str]:
+        return {"video_id": str(self.split.video_id[i]), "shard": self.split.shards[int(self.split.shard[i])],
+                "reason": reason, "epoch": self.epoch}
+
+    def _draw(self, i: int, pool: DonorPool | None, spares: Iterator[int], bad: list) -> tuple:
+        """(index, payload, ViewParams) of video ``i`` or, if its bytes are bad, of a spare."""
+        split, cfg = self.split, self.cfg
+        while True:
+            try:
+                payload = split.payload(i, verify=cfg.verify_checksums)
+                break
+            except (BadSample, OSError) as e:
+                bad.append(self._bad(i, str(e)))
+                i = self._next_spare(spares)
+        rng = np.random.default_rng([cfg.seed, self.epoch, i])
+        pick = pool.picker(i, int(split.shard[i])) if pool is not None else None
+        hw = (int(split.height[i]), int(split.width[i]))
+        return i, payload, draw_views(int(split.num_frames[i]), hw, cfg, rng, pick, str(split.video_id[i]))
+
+    def _collate(self, drawn: list[tuple[int, bytes, ViewParams]], pool: DonorPool | None, bad: list) -> dict:
+        split, cfg = self.split, self.cfg
+        idx = [d[0] for d in drawn]
+        params = [d[2] for d in drawn]
+        shape = (max(len(p.frames) for p in params), int(split.height[idx].max()), int(split.width[idx].max()), 3)
+        raw = _empty((len(drawn), *shape), torch.uint8) if self.augment_on_device else \
+            torch.from_numpy(np.empty((len(drawn), *shape), dtype=np.uint8))
+        frames = raw.numpy()
+        for pos, (i, payload, p) in enumerate(drawn):
+            try:
+                _decode_into(frames[pos], payload, split.frame_offsets(i), p.frames,
+                             (int(split.height[i]), int(split.width[i])))
+            except BadSample as e:
+                raise _DecodeFailed(pos, e) from None
+        batch = {k: torch.from_numpy(np.stack([getattr(p, k) for p in params])) for k in _STACKED}
+        batch["raw"] = raw
+        batch["cells"], batch["pool"] = self._cells(idx, params, raw, pool)
+        out = {"view_names": params[0].names, "video_id": [str(split.video_id[i]) for i in idx],
+               "index": torch.tensor(idx, dtype=torch.int64), "label": torch.from_numpy(split.label[idx]),
+               "lam": batch["lam"], "bad": bad,
+               "bytes": sum(len(d[1]) for d in drawn) + (pool.bytes_read if pool is not None else 0)}
         if self.augment_on_device:
-            out = raw_views(meta, sample["jpgs"], self.cfg, rng, donors=pool)
+            out.update(batch)
         else:
-            out = make_views(meta, sample["jpgs"], self.cfg, rng, donors=pool, colour_on_device=self.colour_on_device)
-        if pool is not None:
-            pool.pull(1)  # keep the pool fresh: one donor video per sample
-        info = out.pop("info")
-        out["video_id"] = str(meta["video_id"])
-        out["label"] = int(meta.get("label", -1))
+            views = apply_views(batch, cfg.size, quantize=True)  # (B, V, T, S, S, 3) uint8
+            shared = _empty(tuple(views.shape), torch.uint8)
+            shared.copy_(views)
+            out["views"] = shared.permute(0, 1, 5, 2, 3, 4)  # (B, V, 3, T, S, S), channels-last memory
         if self.debug:
-            out["info"] = info
+            out["info"] = [p.info for p in params]
         return out
 
+    def _cells(self, idx: list[int], params: list[ViewParams], raw: torch.Tensor, pool: DonorPool | None) -> tuple:
+        """RAD windows of the batch as indices into ONE pool: donor frames + the videos' own (RAD-intra)."""
+        c = cell_size(self.cfg)
+        parts = [pool.cells] if pool is not None else [torch.zeros((0, c, c, 3), dtype=torch.uint8)]
+        base = len(parts[0])
+        cells = np.stack([p.cells for p in params])
+        for b, (i, p) in enumerate(zip(idx, params)):
+            own = p.own_cells >= 0
+            if own.any():
+                h, w = int(self.split.height[i]), int(self.split.width[i])
+                picked = raw[b, torch.from_numpy(p.own_cells[own]), :h, :w].contiguous()
+                parts.append(resize_cells(picked, c))
+                cells[b][own] = base + np.arange(int(own.sum()))
+                base += int(own.sum())
+        return torch.from_numpy(cells), torch.cat(parts)
 
-def _passthrough(batch: dict[str, Any]) -> dict[str, Any]:
-    return batch  # batches are collated in the workers; keep tuples/lists as they are
+
+class _DecodeFailed(Exception):
+    def __init__(self, pos: int, reason: BadSample) -> None:
+        super().__init__(str(reason))
+        self.pos, self.reason = pos, reason
 
 
 def _check_distributed(rank: int, world_size: int) -> None:
@@ -274,13 +188,16 @@ def _check_distributed(rank: int, world_size: int) -> None:
         if (world_size, rank) != (real_world, real_rank):
             raise ValueError(
                 f"make_loader got rank={rank}, world_size={world_size} but the process group has "
-                f"rank={real_rank}, world_size={real_world}; pass the group's rank and world size "
-                "(without a node split every rank would read the same videos)"
+                f"rank={real_rank}, world_size={real_world}; pass the group's rank and world size"
             )
 
 
+def _passthrough(batch: dict[str, Any]) -> dict[str, Any]:
+    return batch  # batches are collated in the workers
+
+
 def make_loader(
-    data_dir: str | Path,
+    data_dir: str | Path | Split,
     cfg: LoaderConfig,
     *,
     split: str = "train",
@@ -288,62 +205,33 @@ def make_loader(
     epoch: int = 0,
     rank: int = 0,
     world_size: int = 1,
+    start: int = 0,
     num_batches: int | None = None,
     pin_memory: bool = False,
     debug: bool = False,
-    colour_on_device: bool | None = None,
     augment_on_device: bool | None = None,
 ) -> DataLoader:
-    """DataLoader of batches for one rank and one epoch (see the module docstring).
+    """DataLoader of rank ``rank``'s batches ``start, start+1, ...`` of epoch ``epoch`` (module docstring).
 
-    Batches: ``views`` uint8 (B, V, 3, T, H, W), ``view_names``, ``video_id``, ``label`` int64 (B,),
-    ``lam`` float32 (B, V). ``len(loader) == num_batches``. ``debug`` adds per-video ``info``
-    (frame indices, dilations, donor video ids). ``colour_on_device`` (default: the config's
-    ``colour_on_device`` if it has one, else False) skips the colour jitter in the workers and adds
-    ``colour`` float32 (B, V, 3, 4) for ``normalize(views, device, colour=batch.get("colour"))``:
-    ~1.5x more quadruples per worker on CPU, the colour work moves to the accelerator.
-    ``augment_on_device`` (default: the config's ``augment_on_device``, else False): the workers only
-    decode and draw parameters; batches carry ``raw`` frames and per-clip parameters instead of
-    ``views`` (:mod:`moquad.data.raw`) and ``moquad.data.augment.device_augment(batch, device, cfg.size)``
-    builds the normalised views on the accelerator (implies ``colour_on_device``).
+    Batches: ``views`` uint8 (B, V, 3, T, H, W) (or, with ``augment_on_device``, ``raw`` frames and the
+    view parameters for ``augment.to_model``), ``view_names``, ``video_id``, ``index`` int64 (B,) (manifest
+    row, the identity the losses mask by), ``label`` int64 (B,), ``lam`` float32 (B, V), ``bad`` (skipped
+    samples), ``bytes`` (read for this batch); ``debug`` adds per-video ``info``. ``num_batches`` caps the
+    epoch below ``videos // (batch_size * world_size)``.
     """
     check_config(cfg)
     _check_distributed(rank, world_size)
-    if colour_on_device is None:
-        colour_on_device = bool(getattr(cfg, "colour_on_device", False))
-    if augment_on_device is None:
-        augment_on_device = bool(getattr(cfg, "augment_on_device", False))
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if cfg.workers < 0:
         raise ValueError(f"loader.workers must be >= 0, got {cfg.workers}")
-    shards = list_shards(data_dir, split)
-    if num_batches is None:
-        num_batches = batches_per_epoch(data_dir, split, batch_size * world_size)
-    workers = cfg.workers
-    positions = None
-    if len(shards) < world_size * max(1, workers):
-        ids = _video_ids(Path(data_dir), split)
-        if len(ids) < world_size:
-            raise ValueError(f"split {split!r} has {len(ids)} videos, fewer than world_size={world_size}")
-        workers = min(workers, len(ids) // world_size)
-        order = np.random.default_rng([cfg.seed, epoch]).permutation(len(ids))
-        positions = {ids[i]: pos for pos, i in enumerate(order)}
-        log.info(
-            "split %s has %d shards for %d ranks x %d workers: splitting per video (every worker reads every "
-            "shard); preprocess with a smaller --shard-size for large runs", split, len(shards), world_size, workers,
-        )
-    stream = ViewStream(
-        shards, cfg, batch_size=batch_size, epoch=epoch, rank=rank, world_size=world_size,
-        num_batches=num_batches, positions=positions, debug=debug, colour_on_device=colour_on_device,
-        augment_on_device=augment_on_device,
-    )
-    return DataLoader(
-        stream,
-        batch_size=None,
-        collate_fn=_passthrough,
-        num_workers=workers,
-        pin_memory=pin_memory,
-        persistent_workers=False,
-        prefetch_factor=2 if workers > 0 else None,
-    )
+    data = data_dir if isinstance(data_dir, Split) else Split(data_dir, split)
+    data.check_shards()
+    plan = EpochPlan(len(data), batch_size, world_size, cfg.seed, epoch)
+    total = plan.num_batches if num_batches is None else min(num_batches, plan.num_batches)
+    if not 0 <= start <= total:
+        raise ValueError(f"start batch {start} outside the epoch's {total} batches")
+    on_device = cfg.augment_on_device if augment_on_device is None else augment_on_device
+    ds = EpochBatches(data, cfg, plan, epoch, rank, augment_on_device=on_device, debug=debug)
+    workers = min(cfg.workers, total - start)
+    return DataLoader(ds, batch_size=None, sampler=range(start, total), collate_fn=_passthrough,
+                      num_workers=workers, pin_memory=pin_memory, persistent_workers=False,
+                      prefetch_factor=2 if workers > 0 else None)

@@ -1,91 +1,105 @@
-"""Build the views of one video (simclr pair, appearance pair or MoQuad quadruple) from its JPEG frames.
+"""Draw everything random about one video's views ONCE: :class:`ViewParams` (then ``augment.apply_views``).
 
 Modes (``LoaderConfig.mode``), views in this order:
-  - ``simclr``: ``clip1, clip2``: two random clips at ``simclr_dilation``, independent augmentation.
-  - ``appearance`` (warm-up task, Eq. 3): ``clip_n, clip_m``: clips at dilations ``n != m``.
   - ``moquad``: ``anchor`` (dilation n), ``ad_pos`` (another clip at n, then the appearance
     disturbance; named ``pos`` and left plain when ``ad_pos=False``), ``intra_neg`` (motion
     disturbed: dilation m for ``speed``), ``ad_intra_neg`` (another motion-disturbed clip, then the
-    appearance disturbance). ``intra_neg`` / ``ad_intra_neg`` can be switched off (paper Table 4).
-Every clip has its own random start and its own spatial augmentation. The frames of all views are
-decoded once (a frame shared by two clips is decoded once).
+    appearance disturbance). ``intra_neg`` / ``ad_intra_neg`` can be switched off (paper Table 4);
+    with all three switches off this is the SimCLR base of the ladder (anchor + plain positive).
+  - ``appearance`` (warm-up task, Eq. 3): ``clip_n, clip_m``: clips at dilations ``n != m``.
+  - ``pair`` (classic SimCLR): ``clip1, clip2``: two random clips at ``simclr_dilation``.
+Every clip has its own random start and its own spatial augmentation (crop box, flip, colour ops).
+Speeds and short videos follow :mod:`moquad.data.sampling`.
+
+The parameters are the whole randomness: frame indices, crop boxes, flips, colour operations, lambda
+and RAD donor windows. :func:`moquad.data.augment.apply_views` turns them into pixels, per batch in
+the DataLoader workers or batched on the accelerator (``augment_on_device``): the two paths run the
+same function on the same parameters.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from moquad.config import LoaderConfig
-from moquad.data.augment import apply_colour, colour_map, crop_resize, round_into, sample_aug
-from moquad.data.disturb import (
-    be_noise,
-    blend,
-    cell_size,
-    check_ops,
-    draw_lambda,
-    motion_indices,
-    rad_noise,
-    resize_donors,
-)
-from moquad.data.donors import DonorPool
-from moquad.data.frames import decode_frames
-from moquad.data.sampling import draw_dilations, random_clip
+from moquad.data.disturb import APPEARANCE_OPS, MOTION_OPS, check_ops, draw_lambda, motion_indices
+from moquad.data.sampling import draw_speeds, random_clip
 
-MODES = ("simclr", "appearance", "moquad")
+MODES = ("moquad", "appearance", "pair")
+COLOUR_OPS = ("none", "brightness", "contrast", "saturation", "hue", "gray")  # codes of ``colour_ops``
+MAX_COLOUR_OPS = 5  # jitter (4 ops in random order) + grayscale
+
+# pick(count, rng) -> (donor pool indices, donor video ids) for RAD-inter, bound to one sample
+DonorPick = Callable[[int, np.random.Generator], tuple[np.ndarray, list[str]]]
+
+
+@dataclass
+class ViewParams:
+    """All random choices of one video's V views (clips of T frames)."""
+
+    names: tuple[str, ...]
+    frames: np.ndarray  # (U,) sorted distinct source frames the views use (decoded once)
+    frame_index: np.ndarray  # (V, T) positions into ``frames``
+    box: np.ndarray  # (V, 4) crop top, left, height, width in source pixels
+    flip: np.ndarray  # (V,) bool
+    colour_ops: np.ndarray  # (V, MAX_COLOUR_OPS) codes into COLOUR_OPS, applied in order
+    colour_factors: np.ndarray  # (V, MAX_COLOUR_OPS) float32
+    lam: np.ndarray  # (V,) float32, 0 = no appearance disturbance
+    cells: np.ndarray  # (V, k*k) RAD-inter windows: indices into the batch's donor pool, -1 none
+    own_cells: np.ndarray  # (V, k*k) RAD-intra windows: positions into ``frames``, -1 none
+    noise_frame: np.ndarray  # (V,) BE: the clip frame (position in the clip) used as D, -1 none
+    info: dict[str, Any] = field(default_factory=dict)  # dilations, rule, frame indices, donor ids
 
 
 def check_config(cfg: LoaderConfig) -> None:
-    """Validate the loader settings with messages that say what to change."""
+    """Validate the loader settings that combine several fields, with messages that say what to change."""
     if cfg.mode not in MODES:
         raise ValueError(f"unknown loader mode {cfg.mode!r}; choose one of {', '.join(MODES)}")
     check_ops(cfg.appearance_op, cfg.motion_op)
     if cfg.frames < 1 or cfg.size < 1:
         raise ValueError(f"frames and size must be >= 1, got frames={cfg.frames}, size={cfg.size}")
-    if cfg.mode == "appearance" or (cfg.mode == "moquad" and cfg.motion_op == "speed"):
+    if cfg.mode == "appearance" or (cfg.mode == "moquad" and cfg.motion_op == "speed" and cfg.intra_neg | cfg.ad_intra_neg):
         if len(set(cfg.dilations)) < 2:
             raise ValueError(f"dilations needs two different values for n != m, got {tuple(cfg.dilations)}")
-    cell_size(cfg.size, cfg.rad_k)
+    if not 1 <= cfg.rad_k <= cfg.size:
+        raise ValueError(f"rad_k must be between 1 and the crop size {cfg.size}, got {cfg.rad_k}")
 
 
-def view_names(cfg: LoaderConfig) -> tuple[str, ...]:
-    """Names of the views ``make_views`` returns for ``cfg``, in order."""
-    if cfg.mode == "simclr":
-        return ("clip1", "clip2")
-    if cfg.mode == "appearance":
-        return ("clip_n", "clip_m")
-    names = ["anchor", "ad_pos" if cfg.ad_pos else "pos"]
-    if cfg.intra_neg:
-        names.append("intra_neg")
-    if cfg.ad_intra_neg:
-        names.append("ad_intra_neg")
-    return tuple(names)
+def cell_size(cfg: LoaderConfig) -> int:
+    """Side of the square a RAD window (donor frame) is stored at: ``ceil(size / k)``."""
+    return math.ceil(cfg.size / cfg.rad_k)
 
 
-def needs_donor_pool(cfg: LoaderConfig) -> bool:
-    """True when views use RAD-inter (and so a cross-shard donor pool)."""
+def needs_donors(cfg: LoaderConfig) -> bool:
+    """True when views use RAD-inter (donor frames of other videos)."""
     return cfg.mode == "moquad" and cfg.appearance_op == "rad_inter" and (cfg.ad_pos or cfg.ad_intra_neg)
 
 
-def plan_views(num_frames: int, cfg: LoaderConfig, rng: np.random.Generator) -> tuple[list, tuple[int, int]]:
-    """[(name, frame indices, appearance-disturbed?)] for one video, and the dilations (n, m) used."""
+def plan_clips(num_frames: int, cfg: LoaderConfig, rng: np.random.Generator) -> tuple[list, dict[str, Any]]:
+    """[(name, frame indices (T,), appearance-disturbed?)] of one video, and info (dilations, rule)."""
     t = cfg.frames
-    if cfg.mode == "simclr":
+    if cfg.mode == "pair":
         d = cfg.simclr_dilation
         return [("clip1", random_clip(num_frames, t, d, rng), False),
-                ("clip2", random_clip(num_frames, t, d, rng), False)], (d, d)
-    if cfg.motion_op == "speed" or cfg.mode == "appearance":
-        n, m = draw_dilations(cfg.dilations, rng)
+                ("clip2", random_clip(num_frames, t, d, rng), False)], {"dilations": (d, d), "rule": "pair"}
+    if cfg.mode == "appearance" or cfg.motion_op == "speed":
+        n, m, rule = draw_speeds(num_frames, t, cfg.dilations, rng)
     else:  # reverse / shuffle keep the anchor's speed
-        n = m = int(rng.choice(np.asarray(cfg.dilations)))
+        n, _, rule = draw_speeds(num_frames, t, cfg.dilations, rng)
+        m, rule = n, cfg.motion_op if rule == "speed" else rule
+    info = {"dilations": (n, m), "rule": rule}
     if cfg.mode == "appearance":
         return [("clip_n", random_clip(num_frames, t, n, rng), False),
-                ("clip_m", random_clip(num_frames, t, m, rng), False)], (n, m)
+                ("clip_m", random_clip(num_frames, t, m, rng), False)], info
+    op = cfg.motion_op if rule in ("speed", "shuffle") else "reverse"  # short videos: reversal (sampling.py)
 
     def negative() -> np.ndarray:
-        return motion_indices(random_clip(num_frames, t, m, rng), cfg.motion_op, rng)
+        return motion_indices(random_clip(num_frames, t, m, rng), op, rng)
 
     plan = [("anchor", random_clip(num_frames, t, n, rng), False),
             ("ad_pos" if cfg.ad_pos else "pos", random_clip(num_frames, t, n, rng), cfg.ad_pos)]
@@ -93,104 +107,70 @@ def plan_views(num_frames: int, cfg: LoaderConfig, rng: np.random.Generator) -> 
         plan.append(("intra_neg", negative(), False))
     if cfg.ad_intra_neg:
         plan.append(("ad_intra_neg", negative(), True))
-    return plan, (n, m)
+    return plan, info
 
 
-def make_views(
-    meta: dict[str, Any],
-    jpgs: bytes,
-    cfg: LoaderConfig,
-    rng: np.random.Generator,
-    donors: DonorPool | None = None,
-    keep_clean: bool = False,
-    colour_on_device: bool = False,
-) -> dict[str, Any]:
-    """Views of one video: ``views`` uint8 (V, 3, T, size, size), ``names``, ``lam`` float32 (V,),
-    and ``info`` (dilations, frame indices and donor video ids per view; with ``keep_clean``, the
-    float clips before the appearance disturbance, for tests). With ``colour_on_device`` the colour
-    jitter is not applied but returned as ``colour`` float32 (V, 3, 4) (see ``augment.normalize``).
-    """
-    offsets = meta["frame_offsets"]
-    plan, dilations = plan_views(len(offsets) - 1, cfg, rng)
-    unique = np.unique(np.concatenate([idx for _, idx, _ in plan]))
-    decoded = decode_frames(jpgs, offsets, unique)
-    out = render_views(plan, unique, decoded, str(meta["video_id"]), cfg, rng, donors, keep_clean, colour_on_device)
-    out["info"]["dilations"] = dilations
-    return out
+def random_crop_box(height: int, width: int, scale: tuple[float, float], rng: np.random.Generator) -> tuple[int, ...]:
+    """(top, left, h, w) of a random resized crop (torchvision's RandomResizedCrop rule)."""
+    area = height * width
+    log_ratio = (math.log(3 / 4), math.log(4 / 3))
+    for _ in range(10):
+        target = area * rng.uniform(*scale)
+        ratio = math.exp(rng.uniform(*log_ratio))
+        w = int(round(math.sqrt(target * ratio)))
+        h = int(round(math.sqrt(target / ratio)))
+        if 0 < w <= width and 0 < h <= height:
+            return int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1)), h, w
+    side = min(height, width)  # fallback: central square
+    return (height - side) // 2, (width - side) // 2, side, side
 
 
-def render_views(
-    plan: list,
-    unique: np.ndarray,
-    decoded: np.ndarray,
-    video_id: str,
-    cfg: LoaderConfig,
-    rng: np.random.Generator,
-    donors: DonorPool | None = None,
-    keep_clean: bool = False,
-    colour_on_device: bool = False,
-) -> dict[str, Any]:
-    """Augment and disturb the planned clips given the decoded frames ``decoded[i]`` = frame ``unique[i]``.
+def draw_colour(cfg: LoaderConfig, rng: np.random.Generator) -> tuple[list[int], list[float]]:
+    """SimCLR colour jitter (p=color_jitter, 4 ops in random order) + grayscale (p=grayscale) as codes."""
+    ops: list[tuple[int, float]] = []
+    if cfg.color_jitter > 0 and rng.random() < cfg.color_jitter:
+        s, lo = cfg.color_strength, max(0.0, 1 - 0.8 * cfg.color_strength)
+        jitter = [(1, rng.uniform(lo, 1 + 0.8 * s)), (2, rng.uniform(lo, 1 + 0.8 * s)),
+                  (3, rng.uniform(lo, 1 + 0.8 * s)), (4, rng.uniform(-0.2 * s, 0.2 * s))]
+        ops = [jitter[i] for i in rng.permutation(4)]
+    if cfg.grayscale > 0 and rng.random() < cfg.grayscale:
+        ops.append((5, 0.0))
+    codes, factors = [0] * MAX_COLOUR_OPS, [0.0] * MAX_COLOUR_OPS
+    for i, (code, v) in enumerate(ops):
+        codes[i], factors[i] = code, float(v)
+    return codes, factors
 
-    Order per clip: crop/resize/flip (uint8) -> colour map (float, only when drawn) -> appearance
-    disturbance at the crop size -> one rounding to uint8, written straight into the output.
-    ``colour_on_device`` leaves out the colour map and returns it as ``colour`` (V, 3, 4) instead:
-    the device applies it after the appearance disturbance (an affine map of a blend is the blend
-    of the mapped images, so RAD's motion-preserving property is kept, up to clamping).
-    """
-    height, width = decoded.shape[1:3]
-    k, size = cfg.rad_k, cfg.size
-    out = torch.empty((len(plan), len(plan[0][1]), size, size, 3), dtype=torch.uint8)  # channels last
-    lams, donor_ids, clean = [], [], []
-    colours = torch.zeros((len(plan), 3, 4), dtype=torch.float32)
-    colours[:, :, :3] = torch.eye(3)
-    for v, (_name, idx, disturbed) in enumerate(plan):
-        aug = sample_aug(height, width, cfg, rng)
-        clip = crop_resize(decoded, aug, size, index=np.searchsorted(unique, idx))
-        cmap = colour_map(clip, aug)
-        lam, ids = 0.0, []
-        rad = disturbed and cfg.appearance_op != "none"
-        if cmap is not None and colour_on_device:
-            colours[v, :, :3], colours[v, :, 3] = cmap
-            cmap = None
-        folded = cmap is not None and not (rad or keep_clean)  # +0.5 rounding offset folded in
-        if cmap is not None:
-            clip = apply_colour(clip, *cmap, offset=0.5 if folded else 0.0)
-        elif rad or keep_clean:
-            clip = clip.float()
-        if keep_clean:
-            clean.append(clip.clone().permute(3, 0, 1, 2))
-        if rad:
-            lam = draw_lambda(rng, cfg.rad_lambda)
+
+def draw_views(num_frames: int, hw: tuple[int, int], cfg: LoaderConfig, rng: np.random.Generator,
+               pick: DonorPick | None = None, video_id: str = "") -> ViewParams:
+    """All random parameters of one video's views (frames of ``hw`` = (height, width) pixels)."""
+    plan, info = plan_clips(num_frames, cfg, rng)
+    frames, inverse = np.unique(np.concatenate([idx for _, idx, _ in plan]), return_inverse=True)
+    nv, t, kk = len(plan), cfg.frames, cfg.rad_k ** 2
+    p = ViewParams(
+        names=tuple(name for name, _, _ in plan), frames=frames, frame_index=inverse.reshape(nv, t),
+        box=np.zeros((nv, 4), np.int64), flip=np.zeros(nv, bool),
+        colour_ops=np.zeros((nv, MAX_COLOUR_OPS), np.int64), colour_factors=np.zeros((nv, MAX_COLOUR_OPS), np.float32),
+        lam=np.zeros(nv, np.float32), cells=np.full((nv, kk), -1, np.int64), own_cells=np.full((nv, kk), -1, np.int64),
+        noise_frame=np.full(nv, -1, np.int64), info={**info, "indices": [idx for _, idx, _ in plan], "donor_ids": []},
+    )
+    for v, (_name, _idx, disturbed) in enumerate(plan):
+        p.box[v] = random_crop_box(hw[0], hw[1], tuple(cfg.crop_scale), rng)
+        p.flip[v] = bool(cfg.flip and rng.random() < 0.5)
+        p.colour_ops[v], p.colour_factors[v] = draw_colour(cfg, rng)
+        ids: list[str] = []
+        if disturbed and cfg.appearance_op != "none":
+            p.lam[v] = draw_lambda(rng, cfg.rad_lambda)
             if cfg.appearance_op == "be":
-                noise = be_noise(clip, rng)
-                ids = [video_id]
+                p.noise_frame[v], ids = int(rng.integers(0, t)), [video_id]
             elif cfg.appearance_op == "rad_intra":
-                pick = rng.integers(0, len(unique), size=k * k)
-                cells = resize_donors(torch.from_numpy(decoded[pick]), cell_size(size, k))
-                noise, ids = rad_noise(cells, k, size), [video_id] * (k * k)
+                p.own_cells[v], ids = rng.integers(0, len(frames), size=kk), [video_id] * kk
             else:
-                if donors is None:
-                    raise ValueError("appearance_op=rad_inter needs a donor pool")
-                cells, ids = donors.draw(k * k, video_id, rng)
-                noise = rad_noise(cells, k, size)
-            clip = blend(clip, noise, lam, offset=0.5)  # blends of values in 0..255 stay in 0..255
-            folded = True
-        if clip.dtype == torch.uint8:
-            out[v] = clip
-        else:
-            round_into(clip if folded else clip.add_(0.5), out[v])
-        lams.append(lam)
-        donor_ids.append(ids)
-    info: dict[str, Any] = {"indices": [idx for _, idx, _ in plan], "donor_ids": donor_ids}
-    if keep_clean:
-        info["clean"] = clean
-    result = {
-        "views": out.permute(0, 4, 1, 2, 3),  # (V, 3, T, H, W) view of channels-last memory
-        "names": tuple(name for name, _, _ in plan),
-        "lam": np.asarray(lams, dtype=np.float32),
-        "info": info,
-    }
-    if colour_on_device:
-        result["colour"] = colours
-    return result
+                if pick is None:
+                    raise ValueError("appearance_op=rad_inter needs donor frames; pass a donor pool")
+                p.cells[v], ids = pick(kk, rng)
+        p.info["donor_ids"].append(ids)
+    return p
+
+
+__all__ = ["APPEARANCE_OPS", "MOTION_OPS", "ViewParams", "check_config", "draw_views", "plan_clips"]

@@ -34,8 +34,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from moquad.config import EvalConfig, to_dict
-from moquad.eval.clips import clip_indices, read_video_frames, spatial_crops
-from moquad.eval.common import load_checkpoint, manifest_checksum, normalize, out_dir, read_split, sha256_file
+from moquad.data.augment import normalize
+from moquad.data.sampling import uniform_clips
+from moquad.data.store import Split
+from moquad.eval.clips import spatial_crops
+from moquad.eval.common import out_dir, sha256_file
+from moquad.io import atomic_write_text
+from moquad.train.checkpoint import load_model
 
 METHODS = ("auto", "classifier", "projection", "norm")
 
@@ -58,13 +63,13 @@ def _decode_file(path: Path, short_side: int) -> np.ndarray:
     return np.stack(frames)
 
 
-def _find_video(cfg: EvalConfig, video_id: str) -> tuple[dict[str, Any], str]:
+def _find_video(cfg: EvalConfig, video_id: str) -> tuple[Split, int]:
     manifests = sorted(p.stem for p in (Path(cfg.data) / "manifests").glob("*.parquet") if p.stem != "errors")
-    for split in manifests:
-        t = read_split(cfg.data, split)
-        ids = t.column("video_id").to_pylist()
-        if video_id in ids:
-            return t.slice(ids.index(video_id), 1).to_pylist()[0], manifest_checksum(t)
+    for name in manifests:
+        split = Split(cfg.data, name)
+        hit = np.flatnonzero(split.video_id == video_id)
+        if len(hit):
+            return split, int(hit[0])
     raise FileNotFoundError(f"{video_id!r} is neither a video file nor a video_id in {cfg.data} "
                             f"(searched manifests: {', '.join(manifests) or 'none'})")
 
@@ -74,17 +79,18 @@ def load_clip(video: str, cfg: EvalConfig) -> tuple[torch.Tensor, dict[str, Any]
     path = Path(video)
     if path.is_file():
         frames = _decode_file(path, cfg.size)
-        idx = clip_indices(len(frames), cfg.frames, cfg.dilation, 1)[0]
+        idx = uniform_clips(len(frames), cfg.frames, cfg.dilation, 1)[0]
         clip = torch.from_numpy(frames[idx])
         info = {"video": str(path.resolve()), "sha256": sha256_file(path), "num_frames": len(frames)}
     else:
         if not cfg.data:
             raise FileNotFoundError(f"video file {video} not found (pass --data DIR to look it up as a video_id)")
-        row, checksum = _find_video(cfg, video)
-        idx = clip_indices(int(row["num_frames"]), cfg.frames, cfg.dilation, 1)[0]
-        clip = read_video_frames(cfg.data, row, idx)
-        info = {"video_id": video, "split": row["split"], "class_name": row["class_name"],
-                "data": str(Path(cfg.data).resolve()), "manifest_checksum": checksum, "num_frames": row["num_frames"]}
+        split, i = _find_video(cfg, video)
+        idx = uniform_clips(int(split.num_frames[i]), cfg.frames, cfg.dilation, 1)[0]
+        clip = torch.from_numpy(split.read_frames(i, idx))
+        info = {"video_id": video, "split": split.split, "class_name": split.class_name[i],
+                "data": str(Path(cfg.data).resolve()), "manifest_checksum": split.checksum_value,
+                "num_frames": int(split.num_frames[i])}
     info["frame_indices"] = idx.tolist()
     return spatial_crops(clip, cfg.size, 1)[0], info
 
@@ -160,7 +166,7 @@ def cam(video: str, cfg: EvalConfig, out: str | Path, *, method: str = "auto", c
     if not cfg.checkpoint or not Path(cfg.checkpoint).is_file():
         raise FileNotFoundError(f"checkpoint {cfg.checkpoint!r} not found; pass --checkpoint RUN/checkpoints/last.pt")
     clip, info = load_clip(video, cfg)
-    model, _ = load_checkpoint(cfg.checkpoint)
+    model, _ = load_model(cfg.checkpoint)
     ckpt_sha = sha256_file(cfg.checkpoint)
     fc, classes = None, None
     cls_path = Path(classifier) if classifier else out_dir(cfg) / "finetune_model.pt"
@@ -193,5 +199,5 @@ def cam(video: str, cfg: EvalConfig, out: str | Path, *, method: str = "auto", c
               "classifier": str(cls_path) if fc is not None else None, "config": to_dict(cfg),
               "checkpoint": {"path": str(Path(cfg.checkpoint).resolve()), "sha256": ckpt_sha},
               "clip": f"{cfg.frames} frames, dilation {cfg.dilation}, middle of the video, centre crop {cfg.size}"}
-    out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    atomic_write_text(out.with_suffix(".json"), json.dumps(record, indent=2) + "\n")
     return out

@@ -13,10 +13,11 @@ call with the same protocol, checkpoint bytes and manifest content reuses it; an
 else re-extracts.
 
 Distributed (torchrun env: RANK / WORLD_SIZE): rank r takes rows r, r+W, r+2W, ... (no
-padding, no drop_last), features are gathered on every rank, rank 0 checks that every
-video was computed exactly once and writes the dataset. Each video is computed with the
-same batch composition (its own views) on any number of ranks, so the feature does not
-depend on the world size. ``cfg.out`` must be on a filesystem every rank sees (rank 0 writes).
+padding, no drop_last; :func:`moquad.dist.my_rows`), features are gathered on every rank, which
+checks that every video was computed exactly once (:func:`moquad.dist.gather_rows`); rank 0 writes
+the dataset. Each video is computed with the same batch composition (its own views) on any number of
+ranks, so the feature does not depend on the world size. ``cfg.out`` must be on a filesystem every
+rank sees (rank 0 writes).
 """
 
 from __future__ import annotations
@@ -31,37 +32,30 @@ import lance
 import numpy as np
 import pyarrow as pa
 import torch
-import torch.distributed as dist
 from rich.progress import Progress
 
 import moquad
+from moquad import dist
 from moquad.config import EvalConfig
-from moquad.eval.clips import eval_clips, reading_table, row_at
+from moquad.data.augment import normalize
+from moquad.data.store import Split
+from moquad.eval.clips import TestViews
 from moquad.eval.common import (
     check_inputs,
     check_unchanged,
     dist_env,
-    load_checkpoint,
-    manifest_checksum,
-    normalize,
     out_dir,
-    read_split,
     resolve_device,
     sha256_file,
     snapshot,
 )
+from moquad.train.checkpoint import load_model
 
 META_KEY = b"moquad"
 
 
 def protocol(cfg: EvalConfig, split: str) -> dict[str, Any]:
     """The settings that determine a cached feature (the cache key besides checkpoint and data)."""
-    try:
-        import moquad.data.augment  # noqa: F401
-
-        norm = "moquad.data.augment.normalize"
-    except ImportError:
-        norm = "imagenet-mean-std"
     return {
         "split": split,
         "num_clips": cfg.num_clips,
@@ -70,8 +64,9 @@ def protocol(cfg: EvalConfig, split: str) -> dict[str, Any]:
         "size": cfg.size,
         "crops": cfg.crops,
         "resize": "short side to size, bilinear antialias",
+        "short_videos": "stretched over the whole video (moquad.data.sampling)",
         "feature": "backbone pooled (before projection head), eval mode, mean over clips x crops",
-        "normalize": norm,
+        "normalize": "moquad.data.augment.normalize",
     }
 
 
@@ -104,31 +99,15 @@ def read_features(path: str | Path) -> dict[str, Any]:
     }
 
 
-class _Views(torch.utils.data.Dataset):
-    """Map-style dataset: position -> (manifest index, uint8 views of that video)."""
-
-    def __init__(self, data_dir: str, table: pa.Table, indices: list[int], cfg: EvalConfig):
-        self.data_dir, self.table, self.indices, self.cfg = data_dir, table, indices, cfg
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, i: int) -> tuple[int, torch.Tensor]:
-        j = self.indices[i]
-        c = self.cfg
-        return j, eval_clips(self.data_dir, row_at(self.table, j), c.frames, c.dilation, c.num_clips, c.size, c.crops)
-
-
 @torch.inference_mode()
 def compute_features(
-    backbone: torch.nn.Module, cfg: EvalConfig, table: pa.Table, indices: list[int], show: bool = False
+    backbone: torch.nn.Module, cfg: EvalConfig, split: Split, indices: list[int], show: bool = False
 ) -> tuple[list[int], np.ndarray]:
-    """Features of the manifest rows ``indices`` of ``table`` -> (indices, float32 (len, D))."""
+    """Features of the manifest rows ``indices`` of ``split`` -> (indices, float32 (len, D))."""
     device = resolve_device(cfg.device)
     backbone = backbone.to(device).eval()
-    loader = torch.utils.data.DataLoader(
-        _Views(cfg.data, reading_table(table), indices, cfg), batch_size=None, shuffle=False, num_workers=cfg.workers
-    )
+    views = TestViews(split, indices, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops)
+    loader = torch.utils.data.DataLoader(views, batch_size=None, shuffle=False, num_workers=cfg.workers)
     done: list[int] = []
     feats: list[np.ndarray] = []
     with Progress(disable=not show, transient=True) as progress:
@@ -143,15 +122,15 @@ def compute_features(
     return done, (np.stack(feats) if feats else np.zeros((0, dim), np.float32))
 
 
-def _write(path: Path, table: pa.Table, rows_emb: np.ndarray, meta: dict[str, Any]) -> None:
+def _write(path: Path, split: Split, rows_emb: np.ndarray, meta: dict[str, Any]) -> None:
     dim = rows_emb.shape[1]
     emb = pa.FixedSizeListArray.from_arrays(pa.array(rows_emb.astype(np.float32).ravel()), dim)
     out = pa.table(
         {
-            "video_id": table.column("video_id").cast(pa.string()),
-            "split": table.column("split").cast(pa.string()),
-            "label": table.column("label").cast(pa.int32()),
-            "class_name": table.column("class_name").cast(pa.string()),
+            "video_id": pa.array(split.video_id.tolist(), pa.string()),
+            "split": pa.array([split.split] * len(split), pa.string()),
+            "label": pa.array(split.label, pa.int32()),
+            "class_name": pa.array(split.class_name, pa.string()),
             "embedding": emb,
         }
     )
@@ -168,17 +147,17 @@ def _write(path: Path, table: pa.Table, rows_emb: np.ndarray, meta: dict[str, An
 def extract(cfg: EvalConfig, split: str, *, force: bool = False) -> Path:
     """Extract (or reuse) the features of ``split`` -> path of the Lance dataset (same on every rank)."""
     check_inputs(cfg)
-    table = read_split(cfg.data, split)
-    if table.num_rows == 0:
+    data = Split(cfg.data, split)
+    if len(data) == 0:
         raise ValueError(f"split {split!r} of {cfg.data} has no videos; check manifests/errors.parquet")
     path = features_path(cfg, split)
     meta = {
         "protocol": protocol(cfg, split),
         "checkpoint_sha256": sha256_file(cfg.checkpoint),
-        "manifest_checksum": manifest_checksum(table),
+        "manifest_checksum": data.checksum_value,
         "checkpoint": str(Path(cfg.checkpoint).resolve()),
         "data": str(Path(cfg.data).resolve()),
-        "videos": table.num_rows,
+        "videos": len(data),
         "moquad_version": getattr(moquad, "__version__", None),
     }
     keys = ("protocol", "checkpoint_sha256", "manifest_checksum")
@@ -186,25 +165,13 @@ def extract(cfg: EvalConfig, split: str, *, force: bool = False) -> Path:
     if old is not None and all(old.get(k) == meta[k] for k in keys):
         return path
 
-    rank, world = dist_env()
-    model, _ = load_checkpoint(cfg.checkpoint)
-    mine = list(range(rank, table.num_rows, world))
+    rank, _ = dist_env()
+    model, _ = load_model(cfg.checkpoint)
     before = snapshot(model.backbone)
-    idx, emb = compute_features(model.backbone, cfg, table, mine, show=rank == 0)
+    idx, emb = compute_features(model.backbone, cfg, data, dist.my_rows(len(data)), show=rank == 0)
     check_unchanged(model.backbone, before)  # eval mode + inference: weights and BN stats untouched
-
-    if world > 1:
-        gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, (idx, emb))
-        idx = [i for g in gathered for i in g[0]]
-        emb = np.concatenate([g[1] for g in gathered if len(g[0])])
-    if sorted(idx) != list(range(table.num_rows)):
-        raise RuntimeError(f"feature extraction covered {len(set(idx))} distinct of {table.num_rows} videos "
-                           f"({len(idx)} computed); every video must be counted exactly once")
-    ordered = np.empty_like(emb)
-    ordered[np.asarray(idx)] = emb
+    ordered = dist.gather_rows(idx, emb, len(data))
     if rank == 0:
-        _write(path, table, ordered, meta)
-    if world > 1:
-        dist.barrier()
+        _write(path, data, ordered, meta)
+    dist.barrier()
     return path

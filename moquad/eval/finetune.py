@@ -25,36 +25,27 @@ state dicts, loadable with ``weights_only=True``; ``moquad cam`` uses it when pr
 from __future__ import annotations
 
 import dataclasses
+import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.compute as pc
 import torch
 from rich.progress import Progress
 from torch import nn
 
+from moquad import dist
 from moquad.config import EvalConfig
-from moquad.eval.clips import reading_table
-from moquad.eval.common import (
-    accuracy_report,
-    accuracy_tables,
-    check_inputs,
-    dataset_classes,
-    dist_env,
-    load_checkpoint,
-    lr_per_step,
-    make_optimizer,
-    normalize,
-    out_dir,
-    protocol_table,
-    provenance,
-    read_split,
-    resolve_device,
-    sha256_file,
-    write_result,
-)
-from moquad.eval.linear import TrainClips, predict_views
+from moquad.data import store
+from moquad.data.augment import normalize
+from moquad.data.store import Split
+from moquad.eval.clips import TrainClips, labelled
+from moquad.eval.common import check_inputs, dist_env, out_dir, resolve_device, sha256_file
+from moquad.eval.linear import cosine, predict_views
+from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
+from moquad.io import atomic_write_bytes
+from moquad.train.checkpoint import load_model
+from moquad.train.lars import make_optimizer
 
 
 class Classifier(nn.Module):
@@ -109,6 +100,51 @@ def plot_confusion(conf: np.ndarray, classes: list[str], path: Path, title: str)
     return path
 
 
+def _train(net: nn.Module, cfg: EvalConfig, train: Split, rows: np.ndarray, weight_decay: float,
+           device: torch.device, rank: int, world: int) -> list[float]:
+    """Fine-tune ``net`` in place (DDP under torchrun); the mean training loss of every epoch."""
+    opt = make_optimizer(net, cfg.optimizer, cfg.lr, weight_decay)
+    train_net: nn.Module = net
+    if world > 1:
+        train_net = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+    ds = TrainClips(train, rows, cfg.frames, cfg.dilation, cfg.size, cfg.seed)
+    per_rank = cfg.batch_size // world
+    sampler = torch.utils.data.DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed)
+    loader = torch.utils.data.DataLoader(ds, batch_size=per_rank, sampler=sampler, num_workers=cfg.workers,
+                                         drop_last=len(sampler) > per_rank)  # same step count on every rank
+    lrs = cosine(cfg.lr, cfg.epochs * len(loader))
+    losses: list[float] = []
+    step = 0
+    with Progress(transient=True, disable=rank != 0) as progress:
+        task = progress.add_task("fine-tuning", total=len(lrs))
+        for epoch in range(cfg.epochs):
+            ds.epoch = epoch
+            sampler.set_epoch(epoch)
+            train_net.train()
+            total = torch.zeros(2, dtype=torch.float64, device=device)  # summed on the device: one sync per epoch
+            for clips, labels in loader:
+                for g in opt.param_groups:
+                    g["lr"] = lrs[step]
+                loss = nn.functional.cross_entropy(train_net(normalize(clips, device)), labels.to(device))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                total += torch.stack([loss.detach().double() * len(labels), torch.tensor(float(len(labels)), device=device,
+                                                                                        dtype=torch.float64)])
+                step += 1
+                progress.advance(task)
+            total = dist.all_reduce_sum(total)
+            losses.append(float(total[0] / total[1].clamp_min(1)))
+    return losses
+
+
+def _save_model(net: Classifier, classes: list[str], ckpt: dict[str, Any], cfg: EvalConfig, path: Path) -> None:
+    buf = io.BytesIO()
+    torch.save({"backbone": net.backbone.state_dict(), "classifier": net.fc.state_dict(), "classes": classes,
+                "config": dict(ckpt["config"]), "source_sha256": sha256_file(cfg.checkpoint)}, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
 def finetune(cfg: EvalConfig, *, test_crops: int | None = None, weight_decay: float = 1e-4, dropout: float = 0.5,
              json_path: str | Path | None = None) -> dict[str, Any]:
     """Fine-tune the checkpoint's backbone on the train split, test on the test split; write results."""
@@ -121,73 +157,27 @@ def finetune(cfg: EvalConfig, *, test_crops: int | None = None, weight_decay: fl
         raise ValueError(f"batch_size {cfg.batch_size} is the global batch; make it a multiple of {world} ranks")
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
-    train_t, test_t = read_split(cfg.data, "train"), read_split(cfg.data, "test")
-    classes = dataset_classes(cfg.data, train_t)
-    train_rows, test_rows = reading_table(train_t, labelled=True), reading_table(test_t, labelled=True)
-    if not train_rows.num_rows or not test_rows.num_rows:
+    train, test = Split(cfg.data, "train"), Split(cfg.data, "test")
+    classes = store.classes(cfg.data)
+    train_rows, test_rows = labelled(train), labelled(test)
+    if not len(train_rows) or not len(test_rows):
         raise ValueError("fine-tuning needs labelled videos in both the train and the test split")
-    model, ckpt = load_checkpoint(cfg.checkpoint)
-    n_cls = max(len(classes), pc.max(train_rows.column("label")).as_py() + 1)
-    net = Classifier(model.backbone, model.feat_dim, n_cls, dropout).to(device)
-    opt = make_optimizer(net, cfg.optimizer, cfg.lr, weight_decay)
-    train_net: nn.Module = net
-    if world > 1:
-        train_net = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
-
-    ds = TrainClips(cfg.data, train_rows, cfg.frames, cfg.dilation, cfg.size, cfg.seed)
-    per_rank = cfg.batch_size // world
-    sampler = torch.utils.data.DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed)
-    loader = torch.utils.data.DataLoader(ds, batch_size=per_rank, sampler=sampler, num_workers=cfg.workers,
-                                         drop_last=len(sampler) > per_rank)  # same step count on every rank
-    lrs = lr_per_step(cfg.lr, cfg.epochs * len(loader))
-    losses: list[float] = []
-    step = 0
-    with Progress(transient=True, disable=rank != 0) as progress:
-        task = progress.add_task("fine-tuning", total=len(lrs))
-        for epoch in range(cfg.epochs):
-            ds.epoch = epoch
-            sampler.set_epoch(epoch)
-            train_net.train()
-            total = torch.zeros(2, dtype=torch.float64, device=device)
-            for clips, labels in loader:
-                for g in opt.param_groups:
-                    g["lr"] = lrs[step]
-                loss = nn.functional.cross_entropy(train_net(normalize(clips, device)), labels.to(device))
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                total += torch.tensor([loss.item() * len(labels), len(labels)], dtype=torch.float64, device=device)
-                step += 1
-                progress.advance(task)
-            if world > 1:
-                torch.distributed.all_reduce(total)
-            losses.append(float(total[0] / total[1].clamp_min(1)))
-
+    model, ckpt = load_model(cfg.checkpoint)
+    net = Classifier(model.backbone, model.feat_dim, max(len(classes), int(train.label.max()) + 1), dropout).to(device)
+    losses = _train(net, cfg, train, train_rows, weight_decay, device, rank, world)
     # test: rank r takes videos r, r+W, ... (no padding), probabilities gathered and put back in order
-    mine = list(range(rank, test_rows.num_rows, world))
-    test_cfg = dataclasses.replace(cfg, crops=test_crops)
-    probs = predict_views(net, test_cfg, test_rows.take(mine), device, show=rank == 0)
-    if world > 1:
-        gathered: list[Any] = [None] * world
-        torch.distributed.all_gather_object(gathered, (mine, probs))
-        mine = [i for g in gathered for i in g[0]]
-        probs = np.concatenate([g[1] for g in gathered if len(g[0])])
-    if sorted(mine) != list(range(test_rows.num_rows)):
-        raise RuntimeError("every test video must be predicted exactly once")
-    ordered = np.empty_like(probs)
-    ordered[np.asarray(mine)] = probs
-    probs = ordered
-    test_ids = test_rows.column("video_id").to_pylist()
-    test_labels = test_rows.column("label").to_numpy().astype(np.int64)
-    report = accuracy_report(probs, test_labels, classes)
+    mine = dist.my_rows(len(test_rows))
+    probs = predict_views(net, dataclasses.replace(cfg, crops=test_crops), test, test_rows[mine], device,
+                          show=rank == 0)
+    probs = dist.gather_rows(mine, probs, len(test_rows))
+    labels = test.label[test_rows]
+    report = accuracy_report(probs, labels, classes)
     out = out_dir(cfg)
     model_path, png = out / "finetune_model.pt", out / "finetune_confusion.png"
     if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-        torch.save({"backbone": net.backbone.state_dict(), "classifier": net.fc.state_dict(), "classes": classes,
-                    "config": dict(ckpt["config"]), "source_sha256": sha256_file(cfg.checkpoint)}, model_path)
+        _save_model(net, classes, ckpt, cfg, model_path)
         plot_confusion(np.array(report["confusion"]), classes, png, f"fine-tuned, top-1 {100 * report['top1']:.1f}%")
-    result = provenance(cfg, {"train": train_t, "test": test_t})
+    result = provenance(cfg, {"train": train, "test": test})
     result.update(task="finetune", **report)
     result["protocol"] = {
         "train_clip": f"{cfg.frames} frames, dilation {cfg.dilation}, random start, short side size*8/7, "
@@ -197,12 +187,11 @@ def finetune(cfg: EvalConfig, *, test_crops: int | None = None, weight_decay: fl
         "test": f"{cfg.num_clips} clips x {test_crops} crops, softmax averaged per video",
     }
     result["train_loss_per_epoch"] = losses
-    result["predictions"] = [{"video_id": v, "label": int(y), "pred": int(p.argmax())}
-                             for v, y, p in zip(test_ids, test_labels, probs)]
+    result["predictions"] = [{"video_id": str(test.video_id[i]), "label": int(y), "pred": int(p.argmax())}
+                             for i, y, p in zip(test_rows, labels, probs)]
     result["confusion_png"], result["model"] = str(png), str(model_path)
     json_path = Path(json_path) if json_path else out / "finetune.json"
     write_result(result, json_path, [*accuracy_tables("fine-tuning", report), protocol_table("protocol", result)])
-    if world > 1:
-        torch.distributed.barrier()  # files written by rank 0 exist when any rank returns
+    dist.barrier()  # files written by rank 0 exist when any rank returns
     result["json"] = str(json_path)
     return result

@@ -19,37 +19,24 @@ bit-for-bit afterwards; any difference raises (the moco ``sanity_check``).
 from __future__ import annotations
 
 import dataclasses
-import random
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 from rich.progress import Progress
 from torch import nn
 
 from moquad.config import EvalConfig
-from moquad.eval.clips import eval_clips, reading_table, row_at, train_clip
-from moquad.eval.common import (
-    accuracy_report,
-    accuracy_tables,
-    check_inputs,
-    check_unchanged,
-    dataset_classes,
-    load_checkpoint,
-    lr_per_step,
-    make_optimizer,
-    normalize,
-    out_dir,
-    protocol_table,
-    provenance,
-    read_split,
-    resolve_device,
-    snapshot,
-    write_result,
-)
+from moquad.data import store
+from moquad.data.augment import normalize
+from moquad.data.store import Split
+from moquad.eval.clips import TestViews, TrainClips, labelled
+from moquad.eval.common import check_inputs, check_unchanged, out_dir, resolve_device, snapshot
+from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
+from moquad.train.checkpoint import load_model
+from moquad.train.lars import make_optimizer
+from moquad.train.schedule import lr_schedule
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, num_classes: int, weight_decay: float = 1e-4,
@@ -93,46 +80,17 @@ def _fast(cfg: EvalConfig, classes: list[str], weight_decay: float) -> tuple[dic
     return accuracy_report(probs, te["label"][keep_te], classes), proto
 
 
-class TrainClips(torch.utils.data.Dataset):
-    """One random augmented clip per video; the randomness is a function of (seed, epoch, index)."""
-
-    def __init__(self, data: str, table: pa.Table, frames: int, dilation: int, size: int, seed: int):
-        self.data, self.table, self.frames, self.dilation, self.size, self.seed = data, table, frames, dilation, size, seed
-        self.epoch = 0
-
-    def __len__(self) -> int:
-        return self.table.num_rows
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        rng = random.Random(f"{self.seed}-{self.epoch}-{i}")
-        row = row_at(self.table, i)
-        return train_clip(self.data, row, self.frames, self.dilation, self.size, rng), int(row["label"])
-
-
-class _TestViews(torch.utils.data.Dataset):
-    """All deterministic test views of each video (see moquad.eval.clips)."""
-
-    def __init__(self, cfg: EvalConfig, table: pa.Table):
-        self.cfg, self.table = cfg, table
-
-    def __len__(self) -> int:
-        return self.table.num_rows
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        c = self.cfg
-        return eval_clips(c.data, row_at(self.table, i), c.frames, c.dilation, c.num_clips, c.size, c.crops)
-
-
 @torch.no_grad()
-def predict_views(net: nn.Module, cfg: EvalConfig, table: pa.Table, device: torch.device,
+def predict_views(net: nn.Module, cfg: EvalConfig, split: Split, rows: np.ndarray | list[int], device: torch.device,
                   show: bool = True) -> np.ndarray:
-    """Softmax averaged over every test view of each video of ``table`` -> (videos, classes)."""
+    """Softmax averaged over every test view of each video of ``rows`` -> (videos, classes)."""
     net.eval()
-    loader = torch.utils.data.DataLoader(_TestViews(cfg, table), batch_size=None, num_workers=cfg.workers)
+    views = TestViews(split, rows, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops)
+    loader = torch.utils.data.DataLoader(views, batch_size=None, num_workers=cfg.workers)
     out = []
     with Progress(disable=not show, transient=True) as progress:
-        task = progress.add_task("testing", total=table.num_rows)
-        for views in loader:
+        task = progress.add_task("testing", total=len(rows))
+        for _, views in loader:
             p = [net(normalize(views[s : s + cfg.batch_size], device)).float().softmax(1)
                  for s in range(0, len(views), cfg.batch_size)]
             out.append(torch.cat(p).mean(0).cpu().numpy())
@@ -140,27 +98,33 @@ def predict_views(net: nn.Module, cfg: EvalConfig, table: pa.Table, device: torc
     return np.stack(out)
 
 
+def cosine(base: float, total: int) -> list[float]:
+    """Half-period cosine from ``base`` to 0 without warm-up, ``base`` used as given (the paper's evaluation
+    lrs are for their batch, not rescaled): the pre-training schedule at global batch 256."""
+    return lr_schedule(base, 256, max(1, total), 0).tolist()
+
+
 def _cvrl(cfg: EvalConfig, classes: list[str], frames: int, dilation: int,
           weight_decay: float) -> tuple[dict[str, Any], dict[str, Any]]:
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
-    model, _ = load_checkpoint(cfg.checkpoint)
+    model, _ = load_model(cfg.checkpoint)
     backbone = model.backbone.to(device).eval()
     for p in backbone.parameters():
         p.requires_grad_(False)
     before = snapshot(backbone)
-    train_rows = reading_table(read_split(cfg.data, "train"), labelled=True)
-    test_rows = reading_table(read_split(cfg.data, "test"), labelled=True)
-    if not train_rows.num_rows or not test_rows.num_rows:
+    train, test = Split(cfg.data, "train"), Split(cfg.data, "test")
+    train_rows, test_rows = labelled(train), labelled(test)
+    if not len(train_rows) or not len(test_rows):
         raise ValueError("the linear probe needs labelled videos in both the train and the test split")
-    n_cls = max(len(classes), pc.max(train_rows.column("label")).as_py() + 1)
+    n_cls = max(len(classes), int(train.label.max()) + 1)
     clf = nn.Linear(model.feat_dim, n_cls).to(device)
     opt = make_optimizer(clf, cfg.optimizer, cfg.lr, weight_decay)
-    ds = TrainClips(cfg.data, train_rows, frames, dilation, cfg.size, cfg.seed)
+    ds = TrainClips(train, train_rows, frames, dilation, cfg.size, cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     loader = torch.utils.data.DataLoader(ds, batch_size=cfg.batch_size, shuffle=True, generator=gen,
                                          num_workers=cfg.workers, drop_last=len(ds) > cfg.batch_size)
-    lrs = lr_per_step(cfg.lr, cfg.epochs * len(loader))
+    lrs = cosine(cfg.lr, cfg.epochs * len(loader))
     step = 0
     with Progress(transient=True) as progress:
         task = progress.add_task("linear probe", total=len(lrs))
@@ -178,9 +142,9 @@ def _cvrl(cfg: EvalConfig, classes: list[str], frames: int, dilation: int,
                 step += 1
                 progress.advance(task)
     test_cfg = dataclasses.replace(cfg, frames=frames, dilation=dilation)
-    probs = predict_views(nn.Sequential(backbone, clf), test_cfg, test_rows, device)
+    probs = predict_views(nn.Sequential(backbone, clf), test_cfg, test, test_rows, device)
     check_unchanged(backbone, before)
-    labels = test_rows.column("label").to_numpy().astype(np.int64)
+    labels = test.label[test_rows]
     proto = {"variant": "cvrl: linear layer on the frozen backbone", "train_clip": f"{frames} frames, dilation {dilation}, "
              "random start, short side size*8/7, random crop + flip", "backbone": "eval mode, no grad",
              "test": f"{cfg.num_clips} clips x {cfg.crops} crops, softmax averaged", "epochs": cfg.epochs,
@@ -193,8 +157,8 @@ def linear(cfg: EvalConfig, fast: bool = True, *, frames: int = 32, dilation: in
            weight_decay: float | None = None, json_path: str | Path | None = None) -> dict[str, Any]:
     """Linear probe (``fast`` on cached features, else the CVRL protocol); writes JSON + tables."""
     check_inputs(cfg)
-    train_t, test_t = read_split(cfg.data, "train"), read_split(cfg.data, "test")
-    classes = dataset_classes(cfg.data, train_t)
+    train_t, test_t = Split(cfg.data, "train"), Split(cfg.data, "test")
+    classes = store.classes(cfg.data)
     if fast:
         report, proto = _fast(cfg, classes, 1e-4 if weight_decay is None else weight_decay)
     else:

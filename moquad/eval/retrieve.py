@@ -29,8 +29,10 @@ import pyarrow as pa
 from rich.table import Table
 
 from moquad.config import EvalConfig
-from moquad.eval.common import out_dir, protocol_table, provenance, read_split, write_result
+from moquad.data.store import Split
+from moquad.eval.common import out_dir
 from moquad.eval.features import extract, read_features
+from moquad.eval.report import protocol_table, provenance, write_result
 
 TIE_DECIMALS = 9
 
@@ -134,8 +136,8 @@ def retrieve(cfg: EvalConfig, json_path: str | Path | None = None, *, query_spli
         raise ValueError(f"no labelled videos in split {query_split!r}; retrieval needs class labels")
     kmax = max(cfg.ks)
     exact = nearest(q, g, kmax)
-    result: dict[str, Any] = provenance(cfg, {query_split: read_split(cfg.data, query_split),
-                                              gallery_split: read_split(cfg.data, gallery_split)})
+    result: dict[str, Any] = provenance(cfg, {query_split: Split(cfg.data, query_split),
+                                              gallery_split: Split(cfg.data, gallery_split)})
     result["task"] = "retrieval"
     result["protocol"] = {
         "queries": query_split, "gallery": gallery_split, "similarity": "cosine",

@@ -18,31 +18,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import xxhash
 
-SCHEMA_VERSION = 1
+from moquad.data.store import ERRORS_SCHEMA, MANIFEST_SCHEMA, SCHEMA_VERSION, read_errors, read_manifest  # noqa: F401  (the format)  # noqa: F401
+from moquad.data.store import read_info as read_dataset_info  # noqa: F401
 
-MANIFEST_SCHEMA = pa.schema(
-    [
-        ("video_id", pa.string()),
-        ("split", pa.string()),
-        ("label", pa.int32()),
-        ("class_name", pa.string()),
-        ("source_path", pa.string()),
-        ("shard", pa.string()),
-        ("offset", pa.int64()),
-        ("jpgs_offset", pa.int64()),
-        ("jpgs_size", pa.int64()),
-        ("num_frames", pa.int32()),
-        ("fps", pa.float32()),
-        ("width", pa.int32()),
-        ("height", pa.int32()),
-        ("frame_offsets", pa.list_(pa.int64())),
-        ("checksum", pa.string()),
-    ]
-)
-ERRORS_SCHEMA = pa.schema(
-    [("source_path", pa.string()), ("video_id", pa.string()), ("split", pa.string()), ("reason", pa.string())]
-)
 # fields of a manifest row that only the shard writer knows (not in the sample's .json)
 WRITER_FIELDS = ("shard", "offset", "jpgs_offset")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -109,34 +89,6 @@ def read_records(data_dir: str | Path, part: int | None = None) -> tuple[pa.Tabl
 # ---------------------------------------------------------------- readers (public contract)
 
 
-def read_dataset_info(data_dir: str | Path) -> dict[str, Any]:
-    """``dataset.json`` of a preprocessed dataset (name, classes, split sizes, settings)."""
-    path = Path(data_dir) / "dataset.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; run `moquad preprocess ... --out {data_dir}` first "
-                                "(or `--merge` when the parts ran separately)")
-    with open(path, encoding="utf-8") as f:
-        info = json.load(f)
-    if info.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"{path} has schema version {info.get('schema_version')}, this moquad reads "
-                         f"{SCHEMA_VERSION}; re-run `moquad preprocess` with this version")
-    return info
-
-
-def read_manifest(data_dir: str | Path, split: str) -> pa.Table:
-    """The merged manifest of ``split`` (one row per video)."""
-    path = Path(data_dir) / "manifests" / f"{split}.parquet"
-    if not path.is_file():
-        have = sorted(p.stem for p in (Path(data_dir) / "manifests").glob("*.parquet") if p.stem != "errors")
-        raise FileNotFoundError(f"no manifest for split {split!r} in {data_dir}; available: {', '.join(have) or 'none'}")
-    return pq.read_table(path).cast(MANIFEST_SCHEMA)
-
-
-def read_errors(data_dir: str | Path) -> pa.Table:
-    path = Path(data_dir) / "manifests" / "errors.parquet"
-    return pq.read_table(path).cast(ERRORS_SCHEMA) if path.is_file() else ERRORS_SCHEMA.empty_table()
-
-
 def shard_paths(data_dir: str | Path, split: str) -> list[Path]:
     """Sorted absolute paths of the shards that hold ``split`` (from its manifest)."""
     table = read_manifest(data_dir, split)
@@ -164,7 +116,7 @@ def _check_sample(
     f.seek(json_m.offset_data)
     try:
         meta = json.loads(f.read(json_m.size).decode("utf-8"))
-        expect = {k: v for k, v in row.items() if k not in WRITER_FIELDS}
+        expect = {k: v for k, v in row.items() if k not in WRITER_FIELDS and not (k == "xxh3" and v is None)}
         if meta != expect:
             bad = sorted(k for k in set(meta) | set(expect) if meta.get(k) != expect.get(k))
             problems.append(f"{where}: sample .json disagrees with the manifest row on {', '.join(bad)}")
@@ -172,7 +124,8 @@ def _check_sample(
         problems.append(f"{where}: sample .json is not valid UTF-8 JSON")
     f.seek(jpgs_m.offset_data)
     payload = f.read(jpgs_m.size)
-    if hashlib.sha256(payload).hexdigest() != row["checksum"]:
+    if hashlib.sha256(payload).hexdigest() != row["checksum"] or \
+            (row.get("xxh3") and xxhash.xxh3_128_hexdigest(payload) != row["xxh3"]):
         problems.append(f"{where}: checksum mismatch (payload corrupted)")
     fo = row["frame_offsets"]
     if len(fo) != row["num_frames"] + 1 or row["num_frames"] < 1:

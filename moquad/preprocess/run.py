@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import xxhash
 
 from moquad import __version__
 from moquad.config import PreprocessConfig, to_dict
@@ -83,6 +84,7 @@ def _work(video: Video, short_side: int | None, fps: float | None, quality: int,
         "source_path": str(video.path), "jpgs_size": len(fr.jpgs), "num_frames": fr.num_frames,
         "fps": float(np.float32(fr.fps)), "width": fr.width, "height": fr.height,
         "frame_offsets": fr.frame_offsets, "checksum": hashlib.sha256(fr.jpgs).hexdigest(),
+        "xxh3": xxhash.xxh3_128_hexdigest(fr.jpgs),
     }
     return ("ok", row, fr.jpgs)
 

@@ -1,71 +1,54 @@
 """``moquad pretrain``: Algorithm 1 of the paper on one process or many (torchrun).
 
-Epochs ``e < warmup_ratio * epochs`` train the appearance task (Eq. 3, loader mode
-``appearance``), the rest MoQuad (Eq. 1 / Eq. 4, mode ``moquad``); ``method=simclr`` trains
-NT-Xent on two clips throughout. LARS with the SimCLR schedule precomputed per step.
-Checkpoints go to ``RUN/checkpoints/last.pt`` every ``ckpt_every`` steps and at each epoch end;
-``resume`` continues from it with the same schedule and data order (the loader is deterministic
-per (seed, epoch); the batches of the interrupted epoch already trained on are skipped).
+Methods (``cfg.method``), each a rung of the paper's Table 4 ladder or the classic baseline:
+  - ``moquad``: epochs ``e < warmup_ratio * epochs`` train the appearance task (Eq. 3, loader mode
+    ``appearance``), the rest MoQuad's quadruple (Eq. 1 / Eq. 4, mode ``moquad``, the ablation switches
+    ``loader.ad_pos / intra_neg / ad_intra_neg`` as configured);
+  - ``simclr``: the SimCLR BASE of the ladder: exactly ``moquad`` with the three switches off (anchor +
+    plain positive at the same random speed, the same one-directional loss, warm-up and mining), so each
+    rung of the ladder changes one thing;
+  - ``simclr_classic``: SimCLR as published: two clips at ``loader.simclr_dilation``, symmetric NT-Xent.
+
+Setup, then one function per epoch, in the style of DINO's ``main_dino.py``; the step is nanoGPT's:
+host syncs (``.item()``, the cross-rank mean, the NaN check) happen only at log steps and before a
+checkpoint. Checkpoints go to ``RUN/checkpoints/last.pt`` every ``ckpt_every`` steps and at each epoch
+end; ``resume`` continues from it with the same schedule and data order: the loader COMPUTES the
+batch at the resumed step (exact epochs), nothing is decoded and skipped.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from rich.console import Console
 from torch import nn
 
 import moquad
 from moquad import dist
 from moquad.config import PretrainConfig, to_dict
 from moquad.config import save as save_config
-from moquad.models import VideoModel, build_model
+from moquad.errors import MoquadError
+from moquad.models import build_model
 from moquad.train import checkpoint
-from moquad.train.lars import LARS, param_groups
+from moquad.train.lars import make_optimizer
 from moquad.train.log import RunLogger
 from moquad.train.losses import appearance_loss, moquad_loss, nt_xent_loss
 from moquad.train.schedule import lr_schedule, stage_per_epoch
 
 LoaderFn = Callable[..., Iterable[dict[str, Any]]]
-# checkpoint fields that must match for a resumed run to continue the same schedule and data order
-_RESUME_KEYS = (
-    "method",
-    "backbone",
-    "proj_dim",
-    "proj_hidden",
-    "epochs",
-    "batch_size",
-    "lr",
-    "lr_warmup_epochs",
-    "warmup_ratio",
-    "steps_per_epoch",
-    "seed",
-    "optimizer",
-    "split",
-    "temperature",
-    "hard_beta",
-    "hard_alpha",
-    "weight_decay",
-)
-
-
-def build_optimizer(model: nn.Module, cfg: PretrainConfig) -> torch.optim.Optimizer:
-    """LARS (default), SGD or AdamW; BN and bias parameters get no weight decay (nor LARS adaptation)."""
-    groups = param_groups(model, cfg.weight_decay)
-    if cfg.optimizer == "lars":
-        return LARS(groups, lr=0.0, momentum=0.9, weight_decay=cfg.weight_decay, eeta=1e-3)
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=0.0, momentum=0.9, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=0.0, weight_decay=cfg.weight_decay)
-    raise ValueError(f"optimizer must be lars, sgd or adamw, got {cfg.optimizer!r}")
+# settings that may change when a run is resumed; every other resolved setting must match
+RESUME_MAY_CHANGE = ("out", "data", "resume", "ckpt_every", "log_every", "device", "loader.workers")
 
 
 def forward_loss(
@@ -74,14 +57,16 @@ def forward_loss(
     view_names: Sequence[str],
     mode: str,
     *,
+    video: torch.Tensor | None = None,
     tau: float = 0.1,
     hard_beta: float = 0.0,
     hard_alpha: float = 1.5,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss of one batch: ``views`` (B, V, 3, T, H, W) normalised float on the model's device.
 
     All B*V clips go through the network in one forward (as SimCLR concatenates its views);
-    projections of the whole global batch are gathered with gradients under DDP.
+    projections (and the videos' manifest indices ``video``, for same-video masking) of the whole
+    global batch are gathered under DDP.
     """
     b, v = views.shape[:2]
     x = views.flatten(0, 1)
@@ -90,258 +75,310 @@ def forward_loss(
         z = model(x)
     z = z.float().reshape(b, v, -1)
     z_global = dist.gather(z) if dist.is_dist() else None
-    offset = dist.get_rank() * b
+    video_global = dist.gather_ids(video) if video is not None and dist.is_dist() else None
+    kw = dict(z_global=z_global, offset=dist.get_rank() * b, tau=tau, video=video, video_global=video_global)
     if mode == "moquad":
-        return moquad_loss(
-            z,
-            view_names,
-            z_global=z_global,
-            offset=offset,
-            tau=tau,
-            hard_beta=hard_beta,
-            hard_alpha=hard_alpha,
-        )
+        return moquad_loss(z, view_names, hard_beta=hard_beta, hard_alpha=hard_alpha, **kw)
     if mode == "appearance":
-        return appearance_loss(z, z_global=z_global, offset=offset, tau=tau)
-    if mode == "simclr":
-        return nt_xent_loss(z, z_global=z_global, offset=offset, tau=tau)
+        return appearance_loss(z, **kw)
+    if mode == "pair":
+        return nt_xent_loss(z, **kw)
     raise ValueError(f"unknown training mode {mode!r}")
 
 
-def _default_loader_fn(pin_memory: bool) -> LoaderFn:
-    from moquad.data.pipeline import make_loader
-
-    return functools.partial(make_loader, pin_memory=pin_memory)
-
-
-def _default_batches_fn() -> Callable[[str, str, int], int]:
-    from moquad.data.pipeline import batches_per_epoch
-
-    return batches_per_epoch
+def loader_mode(method: str, stage: str) -> tuple[str, dict[str, bool]]:
+    """(loader mode, forced switches) of an epoch: see the module docstring."""
+    if method == "simclr_classic":
+        return "pair", {}
+    if method == "simclr" and stage == "moquad":
+        return "moquad", {"ad_pos": False, "intra_neg": False, "ad_intra_neg": False}
+    return stage, {}
 
 
-def _to_device(batch: dict[str, Any], device: torch.device, size: int) -> torch.Tensor:
-    """Normalised float views on ``device``; ``augment_on_device`` batches are augmented there too."""
-    from moquad.data.augment import device_augment
+@dataclass
+class Trainer:
+    """Everything one run needs, built by :func:`setup`."""
 
-    return device_augment(batch, device, size)
+    cfg: PretrainConfig
+    info: dist.DistInfo
+    model: nn.Module  # DDP-wrapped when world > 1
+    core: nn.Module  # the plain model (what checkpoints hold)
+    optimizer: torch.optim.Optimizer
+    lrs: torch.Tensor
+    stages: list[str]
+    spe: int
+    start: int
+    run: Path
+    data_checksum: str | None
+    loader_fn: LoaderFn
+    logger: RunLogger | None
+    bad_log: Path
+    progress: Any = None
+    task: Any = None
+
+    @property
+    def total(self) -> int:
+        return self.cfg.epochs * self.spe
+
+    @property
+    def ckpt_path(self) -> Path:
+        return self.run / "checkpoints" / "last.pt"
 
 
-def _check_resume(saved: dict[str, Any], cfg: PretrainConfig, path: Path) -> None:
-    now = to_dict(cfg)
-    diff = [k for k in _RESUME_KEYS if saved.get(k) != now.get(k)]
-    # loader settings shape the data of every step; the number of worker processes may change
-    old_loader, new_loader = dict(saved.get("loader") or {}), dict(now["loader"])
-    diff += [f"loader.{k}" for k in new_loader if k != "workers" and old_loader.get(k) != new_loader[k]]
+def pretrain(cfg: PretrainConfig, *, loader_fn: LoaderFn | None = None, keep_every_epochs: int = 0,
+             tensorboard: bool = True, progress: bool = True) -> Path:
+    """Pre-train and return the final checkpoint (``RUN/checkpoints/last.pt``).
+
+    ``loader_fn`` defaults to ``moquad.data.pipeline.make_loader`` (tests inject fakes; then
+    ``cfg.steps_per_epoch`` must be set). ``keep_every_epochs > 0`` also keeps ``step-N.pt``.
+    """
+    info = dist.init(cfg.device)
+    try:
+        t = setup(cfg, info, loader_fn, tensorboard, progress)
+        try:
+            with t.progress:
+                for epoch in range(t.start // t.spe, cfg.epochs):
+                    train_one_epoch(t, epoch, keep_every_epochs)
+        finally:
+            if t.logger is not None:
+                t.logger.close()
+        dist.barrier()
+        return t.ckpt_path
+    finally:
+        dist.cleanup()
+
+
+def setup(cfg: PretrainConfig, info: dist.DistInfo, loader_fn: LoaderFn | None, tensorboard: bool,
+          progress: bool) -> Trainer:
+    """Data, model, optimizer, schedule, resume and logging of a run (one named step each)."""
+    world, rank, device = info.world_size, info.rank, info.device
+    if cfg.batch_size <= 0 or cfg.batch_size % world:
+        raise ValueError(f"batch_size {cfg.batch_size} (global) must be a positive multiple of the {world} processes")
+    main = rank == 0
+    # ------------------------------------------------------------ data: steps per epoch
+    if loader_fn is not None and cfg.steps_per_epoch:  # tests: a fake loader over no data
+        spe, checksum = cfg.steps_per_epoch, None
+    else:
+        spe, checksum = _data_plan(cfg, world, main)
+    if loader_fn is None:
+        from moquad.data.pipeline import make_loader
+
+        loader_fn = functools.partial(make_loader, pin_memory=device.type == "cuda")
+    # ------------------------------------------------------------ model, optimizer, schedule
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden).to(device)
+    optimizer = make_optimizer(model, cfg.optimizer, 0.0, cfg.weight_decay)
+    lrs = lr_schedule(cfg.lr, cfg.batch_size, cfg.epochs * spe, round(cfg.lr_warmup_epochs * spe))
+    stages = stage_per_epoch(cfg.epochs, 0.0 if cfg.method == "simclr_classic" else cfg.warmup_ratio)
+    # ------------------------------------------------------------ resume
+    run = Path(cfg.out)
+    start = _resume(cfg, run / "checkpoints" / "last.pt", model, optimizer, spe, checksum)
+    # ------------------------------------------------------------ distributed
+    core: nn.Module = model
+    if cfg.sync_bn and (world == 1 or device.type != "cuda") and main:
+        warnings.warn("sync_bn needs several GPU processes (NCCL); training with per-process BatchNorm", stacklevel=2)
+    if world > 1:
+        if cfg.sync_bn and device.type == "cuda":
+            model = core = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    # ------------------------------------------------------------ logging
+    logger = None
+    if main:
+        save_config(cfg, run / "config.yaml")
+        logger = RunLogger(run, start_step=start, tensorboard=tensorboard)
+    t = Trainer(cfg, info, model, core, optimizer, lrs, stages, spe, start, run, checksum, loader_fn, logger,
+                run / "bad_samples.jsonl")
+    t.progress, t.task = _progress(main and progress, t.total, start)
+    return t
+
+
+def _data_plan(cfg: PretrainConfig, world: int, main: bool) -> tuple[int, str]:
+    """Steps per epoch of the exact-epoch loader, the data checksum; prints the start-up report."""
+    from moquad.data.sampler import EpochPlan
+    from moquad.data.sampling import unfit_counts
+    from moquad.data.store import Split
+
+    split = Split(cfg.data, cfg.split)
+    split.check_shards()
+    spe = EpochPlan(len(split), cfg.batch_size // world, world, cfg.loader.seed, 0).num_batches
+    if cfg.steps_per_epoch:
+        if cfg.steps_per_epoch > spe:
+            raise MoquadError(f"steps_per_epoch {cfg.steps_per_epoch} exceeds the {spe} batches of {len(split)} videos at "
+                              f"batch {cfg.batch_size}; an epoch uses each video at most once")
+        spe = cfg.steps_per_epoch
+    if main:
+        _report(cfg, len(split), spe, unfit_counts(split.num_frames, cfg.loader.frames, cfg.loader.dilations))
+    return spe, split.checksum_value
+
+
+def _report(cfg: PretrainConfig, videos: int, spe: int, unfit: dict[int, int]) -> None:
+    """Start-up lines: steps per epoch and in total, short videos per dilation, small-run warnings."""
+    console = Console(stderr=True)
+    total = spe * cfg.epochs
+    console.print(f"pretrain: {videos} videos in split {cfg.split!r}, global batch {cfg.batch_size}: {spe} steps per "
+                  f"epoch, {total} steps in {cfg.epochs} epochs")
+    fits = ", ".join(f"dilation {d}: {n}" for d, n in unfit.items())
+    console.print(f"videos too short for a {cfg.loader.frames}-frame clip ({fits}); they use the dilations that fit "
+                  "(see moquad.data.sampling)")
+    if total < 50:
+        console.print(f"[yellow]warning:[/] only {total} optimizer steps; for a small dataset use a smaller batch and "
+                      "more epochs, e.g. `--recipe train/cpu_demo.yaml` or `--batch-size 16 --epochs 60`")
+
+
+def _resume(cfg: PretrainConfig, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, spe: int,
+            checksum: str | None) -> int:
+    """Load ``path`` when resuming and return the step to continue from (0 for a new run)."""
+    if not path.is_file():
+        return 0
+    if not cfg.resume:
+        raise ValueError(f"{path.parent.parent} already holds a checkpoint; pass --resume to continue it or choose a new --out")
+    ckpt = checkpoint.load(path)
+    check_resume(ckpt.get("config") or {}, to_dict(cfg), path)
+    if ckpt.get("steps_per_epoch", spe) != spe:
+        raise ValueError(f"cannot resume {path}: it was trained with {ckpt['steps_per_epoch']} steps per epoch, "
+                         f"the data now gives {spe}")
+    if checksum and ckpt.get("data_checksum") not in (None, checksum):
+        raise ValueError(f"cannot resume {path}: the data in {cfg.data} is not the data it was trained on "
+                         "(manifest checksum differs); use the original data or a new --out")
+    model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    return int(ckpt["step"])
+
+
+def check_resume(saved: dict[str, Any], now: dict[str, Any], path: Path) -> None:
+    """Every resolved setting must match the checkpoint's, except those in RESUME_MAY_CHANGE."""
+    def flat(d: dict, prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+
+    old, new = flat(saved), flat(now)
+    diff = [k for k in sorted(set(old) | set(new)) if k not in RESUME_MAY_CHANGE and old.get(k) != new.get(k)]
     if diff:
-
-        def get(d: dict, key: str):
-            return d.get("loader", {}).get(key[7:]) if key.startswith("loader.") else d.get(key)
-
-        pairs = ", ".join(f"{k}: {get(saved, k)!r} -> {get(now, k)!r}" for k in diff)
-        raise ValueError(
-            f"cannot resume {path}: settings changed ({pairs}); use the original settings or a new --out"
-        )
+        pairs = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff)
+        raise ValueError(f"cannot resume {path}: settings changed ({pairs}); use the original settings or a new --out")
 
 
 def _progress(enabled: bool, total: int, completed: int):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    prog = Progress(
-        TextColumn("pretrain"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        TextColumn("{task.fields[info]}"),
-        disable=not enabled,
-    )
-    task = prog.add_task("pretrain", total=total, completed=completed, info="")
-    return prog, task
+    prog = Progress(TextColumn("pretrain"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    TextColumn("{task.fields[info]}"), disable=not enabled)
+    return prog, prog.add_task("pretrain", total=total, completed=completed, info="")
 
 
-def pretrain(
-    cfg: PretrainConfig,
-    *,
-    loader_fn: LoaderFn | None = None,
-    batches_fn: Callable[[str, str, int], int] | None = None,
-    keep_every_epochs: int = 0,
-    tensorboard: bool = True,
-    progress: bool = True,
-) -> Path:
-    """Pre-train and return the final checkpoint (``RUN/checkpoints/last.pt``).
-
-    ``loader_fn`` / ``batches_fn`` default to ``moquad.data.pipeline.make_loader`` /
-    ``batches_per_epoch`` (tests inject fakes). ``keep_every_epochs > 0`` also keeps
-    ``step-N.pt`` at every that many epochs.
-    """
-    info = dist.init(cfg.device)
-    try:
-        loader_fn = loader_fn or _default_loader_fn(info.device.type == "cuda")
-        return _pretrain(cfg, info, loader_fn, batches_fn, keep_every_epochs, tensorboard, progress)
-    finally:
-        dist.cleanup()
+def save_checkpoint(t: Trainer, step: int, epoch: int, path: Path | None = None) -> None:
+    """Rank 0 writes the one checkpoint dict (atomically)."""
+    if t.info.rank != 0:
+        return
+    checkpoint.save({
+        "model": t.core.state_dict(), "optimizer": t.optimizer.state_dict(), "step": step, "epoch": epoch,
+        "steps_per_epoch": t.spe, "config": to_dict(t.cfg), "data_checksum": t.data_checksum,
+        "seeds": {"seed": t.cfg.seed, "loader_seed": t.cfg.loader.seed},
+        "moquad_version": moquad.__version__, "git": checkpoint.git_revision(),
+    }, path or t.ckpt_path)
 
 
-def _pretrain(cfg, info, loader_fn, batches_fn, keep_every_epochs, tensorboard, progress) -> Path:
-    world, rank, device = info.world_size, info.rank, info.device
-    if cfg.batch_size <= 0 or cfg.batch_size % world:
-        raise ValueError(
-            f"batch_size {cfg.batch_size} (global) must be a positive multiple of the {world} processes"
-        )
-    if cfg.epochs <= 0 or cfg.ckpt_every <= 0 or cfg.log_every <= 0:
-        raise ValueError(
-            f"epochs, ckpt_every and log_every must be positive (got {cfg.epochs}, {cfg.ckpt_every}, "
-            f"{cfg.log_every})"
-        )
-    per_rank = cfg.batch_size // world
-    spe = cfg.steps_per_epoch or (batches_fn or _default_batches_fn())(cfg.data, cfg.split, cfg.batch_size)
-    if spe <= 0:
-        raise ValueError(
-            f"{cfg.data} split {cfg.split!r} has too few videos for a global batch of {cfg.batch_size}"
-        )
-    total = cfg.epochs * spe
-    lrs = lr_schedule(cfg.lr, cfg.batch_size, total, round(cfg.lr_warmup_epochs * spe))
-    modes = stage_per_epoch(cfg.epochs, cfg.warmup_ratio, cfg.method)
+def train_one_epoch(t: Trainer, epoch: int, keep_every_epochs: int = 0) -> None:
+    """One epoch from its first not-yet-trained step; logs, checks and checkpoints on the way."""
+    cfg, device, world = t.cfg, t.info.device, t.info.world_size
+    mode, switches = loader_mode(cfg.method, t.stages[epoch])
+    lcfg = dataclasses.replace(cfg.loader, mode=mode, **switches)
+    first = max(0, t.start - epoch * t.spe)
+    loader = t.loader_fn(cfg.data, lcfg, split=cfg.split, batch_size=cfg.batch_size // world, epoch=epoch,
+                         rank=t.info.rank, world_size=world, start=first, num_batches=t.spe)
+    from moquad.data.augment import to_model
 
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
-    run = Path(cfg.out)
-    ckpt_path = run / "checkpoints" / "last.pt"
-    torch.manual_seed(cfg.seed)
-    model: nn.Module = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden).to(device)
-    optimizer = build_optimizer(model, cfg)
-    start = 0
-    if ckpt_path.is_file():
-        if not cfg.resume:
-            raise ValueError(
-                f"{run} already holds a checkpoint; pass --resume to continue it or choose a new --out"
-            )
-        ckpt = checkpoint.load(ckpt_path)
-        _check_resume(ckpt["config"], cfg, ckpt_path)
-        if ckpt.get("steps_per_epoch", spe) != spe:
-            raise ValueError(
-                f"cannot resume {ckpt_path}: it was trained with {ckpt['steps_per_epoch']} steps per "
-                f"epoch, the data now gives {spe}; pass --steps-per-epoch {ckpt['steps_per_epoch']}"
-            )
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        start = int(ckpt["step"])
-    core: VideoModel = model  # type: ignore[assignment]
-    if cfg.sync_bn and (world == 1 or device.type != "cuda") and rank == 0:
-        warnings.warn(
-            "sync_bn needs several GPU processes (NCCL); training with per-process BatchNorm", stacklevel=2
-        )
-    if world > 1:
-        if cfg.sync_bn and device.type == "cuda":
-            model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-            core = model  # type: ignore[assignment]
-        model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
+    w = _Window(device)
+    batches = iter(loader)
+    for step in range(epoch * t.spe + first, (epoch + 1) * t.spe):
+        t0 = time.perf_counter()
+        batch = next(batches, None)
+        if batch is None:
+            raise ValueError(f"the loader gave only {step - epoch * t.spe} of {t.spe} batches in epoch {epoch}")
+        w.wait += time.perf_counter() - t0
+        w.bad += _record_bad(t, batch.get("bad") or [], step)
+        lr = float(t.lrs[step])
+        for group in t.optimizer.param_groups:
+            group["lr"] = lr
+        views = to_model(batch, device, lcfg.size)
+        video = batch["index"].to(device, non_blocking=True) if "index" in batch else None
+        loss, stats = forward_loss(t.model, views, batch["view_names"], mode, video=video, tau=cfg.temperature,
+                                   hard_beta=cfg.hard_beta, hard_alpha=cfg.hard_alpha)
+        t.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        t.optimizer.step()
+        w.add(step, loss.detach(), stats, cfg.batch_size * views.shape[1])
+        done, end = step + 1, step == (epoch + 1) * t.spe - 1
+        if done % cfg.log_every == 0 or end:
+            _log_step(t, epoch, mode, done, lr, w)
+            w = _Window(device, w.bad)
+        if done % cfg.ckpt_every == 0 or end:
+            _check_finite(t, w)
+            save_checkpoint(t, done, epoch + 1 if end else epoch)
+            if end and keep_every_epochs and (epoch + 1) % keep_every_epochs == 0:
+                save_checkpoint(t, done, epoch + 1, t.run / "checkpoints" / f"step-{done}.pt")
 
-    main = rank == 0
-    if main:
-        save_config(cfg, run / "config.yaml")
-    logger = RunLogger(run, start_step=start, tensorboard=tensorboard) if main else None
 
-    def save(step: int, epoch: int, path: Path = ckpt_path) -> None:
-        if main:
-            checkpoint.save(
-                {
-                    "model": core.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "step": step,
-                    "epoch": epoch,
-                    "steps_per_epoch": spe,
-                    "config": to_dict(cfg),
-                    "seeds": {"seed": cfg.seed, "loader_seed": cfg.loader.seed},
-                    "moquad_version": moquad.__version__,
-                    "git": checkpoint.git_revision(),
-                },
-                path,
-            )
+class _Window:
+    """Sums over the steps since the last log step, kept on the device (no host sync per step)."""
 
-    try:
-        prog, task = _progress(main and progress, total, start)
-        model.train()
-        with prog:
-            for epoch in range(start // spe, cfg.epochs):
-                loader_cfg = dataclasses.replace(cfg.loader, mode=modes[epoch])
-                loader = loader_fn(
-                    cfg.data,
-                    loader_cfg,
-                    split=cfg.split,
-                    batch_size=per_rank,
-                    epoch=epoch,
-                    rank=rank,
-                    world_size=world,
-                    num_batches=spe,
-                )
-                batches = iter(loader)
-                skip = start - epoch * spe if epoch == start // spe else 0
-                t_prev = time.perf_counter()
-                for i in range(spe):
-                    try:
-                        batch = next(batches)
-                    except StopIteration:
-                        raise ValueError(
-                            f"the loader gave only {i} of {spe} batches in epoch {epoch}"
-                        ) from None
-                    if i < skip:
-                        t_prev = time.perf_counter()
-                        continue
-                    t_data = time.perf_counter()
-                    step = epoch * spe + i
-                    lr = float(lrs[step])
-                    for group in optimizer.param_groups:
-                        group["lr"] = lr
-                    views = _to_device(batch, device, loader_cfg.size)
-                    loss, stats = forward_loss(
-                        model,
-                        views,
-                        batch["view_names"],
-                        modes[epoch],
-                        tau=cfg.temperature,
-                        hard_beta=cfg.hard_beta,
-                        hard_alpha=cfg.hard_alpha,
-                    )
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    vals = dist.all_reduce_mean(
-                        torch.tensor(
-                            [loss.item(), stats["rank_pos"], stats["rank_intra_neg"]],
-                            dtype=torch.float64,
-                            device=device,
-                        )
-                    )
-                    t_end = time.perf_counter()
-                    done = step + 1
-                    if main and (done % cfg.log_every == 0 or done == total):
-                        dt = t_end - t_prev
-                        rec = {
-                            "epoch": epoch,
-                            "mode": modes[epoch],
-                            "loss": float(vals[0]),
-                            "lr": lr,
-                            "clips_per_s": cfg.batch_size * views.shape[1] / dt,
-                            "data_wait": (t_data - t_prev) / dt,
-                            "rank_ad_pos": float(vals[1]),
-                            "rank_intra_neg": float(vals[2]),
-                            "time": time.time(),
-                        }
-                        logger.log(done, rec)
-                        prog.update(
-                            task, completed=done, info=f"{modes[epoch]} loss {rec['loss']:.4f} lr {lr:.3g}"
-                        )
-                    end_of_epoch = i == spe - 1
-                    if done % cfg.ckpt_every == 0 or end_of_epoch:
-                        save(done, epoch + 1 if end_of_epoch else epoch)
-                    if end_of_epoch and keep_every_epochs and (epoch + 1) % keep_every_epochs == 0:
-                        save(done, epoch + 1, run / "checkpoints" / f"step-{done}.pt")
-                    t_prev = time.perf_counter()
-    finally:
-        if logger is not None:
-            logger.close()
-    dist.barrier()
-    return ckpt_path
+    def __init__(self, device: torch.device, bad: int = 0) -> None:
+        self.sums = torch.zeros(4, dtype=torch.float64, device=device)  # loss, rank AD-Pos, rank Intra-Neg, steps
+        self.nonfinite = torch.full((2,), -1.0, dtype=torch.float64, device=device)  # first bad (step, kind)
+        self.start, self.wait, self.clips, self.bad = time.perf_counter(), 0.0, 0, bad
+
+    def add(self, step: int, loss: torch.Tensor, stats: dict[str, torch.Tensor], clips: int) -> None:
+        with torch.no_grad():
+            vals = torch.stack([loss.double(), stats["rank_pos"].double().to(loss.device),
+                                stats["rank_intra_neg"].double().to(loss.device), torch.ones_like(loss, dtype=torch.float64)])
+            self.sums += vals
+            new = ~torch.isfinite(loss) & (self.nonfinite[0] < 0)
+            code = torch.where(torch.isnan(vals[0]), 1.0, torch.where(vals[0] > 0, 2.0, 3.0))  # nan, inf, -inf
+            self.nonfinite = torch.where(new, torch.stack([torch.full_like(code, step), code]), self.nonfinite)
+        self.clips += clips
+
+
+def _record_bad(t: Trainer, bad: list[dict], step: int) -> int:
+    """Append skipped samples to RUN/bad_samples.jsonl (every rank appends whole lines)."""
+    if bad:
+        t.run.mkdir(parents=True, exist_ok=True)
+        with open(t.bad_log, "a") as f:
+            f.writelines(json.dumps({**b, "step": step + 1, "rank": t.info.rank}) + "\n" for b in bad)
+    return len(bad)
+
+
+def _check_finite(t: Trainer, w: _Window) -> None:
+    """DINO's guard: stop at the first non-finite loss, keeping the last good checkpoint (a sync point)."""
+    first = dist.all_reduce_max(w.nonfinite)
+    if float(first[0]) >= 0:
+        step = int(first[0])
+        kept = t.ckpt_path if t.ckpt_path.is_file() else "none yet (no checkpoint was written)"
+        kind = {1: "nan", 2: "inf", 3: "-inf"}[int(first[1])]
+        raise MoquadError(f"loss is {kind} at step {step + 1} (lr {float(t.lrs[step]):.4g}); "
+                          f"last good checkpoint: {kept}")
+
+
+def _log_step(t: Trainer, epoch: int, mode: str, done: int, lr: float, w: _Window) -> None:
+    """Reduce the window over ranks, check it, log it (the only per-step host sync)."""
+    _check_finite(t, w)
+    cfg, world = t.cfg, t.info.world_size
+    sums = dist.all_reduce_sum(torch.cat([w.sums, torch.tensor([float(w.bad)], dtype=torch.float64,
+                                                                device=w.sums.device)])).tolist()
+    limit = cfg.loader.max_bad_fraction * t.spe * cfg.batch_size
+    if sums[4] > limit:
+        raise MoquadError(f"{int(sums[4])} of epoch {epoch}'s {t.spe * cfg.batch_size} samples were unreadable, more than "
+                          f"--max-bad-fraction {cfg.loader.max_bad_fraction}; see {t.bad_log} and run "
+                          f"`moquad verify {cfg.data}`")
+    if t.logger is None:
+        return
+    n, dt = max(sums[3] / world, 1.0), max(time.perf_counter() - w.start, 1e-9)
+    rec = {"epoch": epoch, "mode": mode, "loss": sums[0] / sums[3], "lr": lr, "clips_per_s": w.clips / dt,
+           "data_wait": min(1.0, w.wait / dt), "rank_ad_pos": sums[1] / sums[3],
+           "rank_intra_neg": sums[2] / sums[3] if math.isfinite(sums[2]) else float("nan"),
+           "bad_samples": int(sums[4]), "steps": int(n), "time": time.time()}
+    t.logger.log(done, rec)
+    t.progress.update(t.task, completed=done, info=f"{mode} loss {rec['loss']:.4f} lr {lr:.3g}")

@@ -11,6 +11,11 @@ Conventions shared by all three:
   optionally the GLOBAL batch ``z_global`` (G, V, D) gathered with gradients
   (:func:`moquad.dist.gather`); ``offset`` is the global index of this rank's first video.
   Single process: leave ``z_global=None``.
+- Same-video masking: ``video`` (B,) and ``video_global`` (G,) are the videos' manifest indices
+  (the loader's ``index``, gathered like the projections). Any inter negative whose video is the
+  anchor's is dropped, so a video that appears twice in a global batch is never its own negative
+  (the exact-epoch sampler never does that; this is the safety net for any other sampler).
+  Without them every row is its own video.
 - The loss is the MEAN over this rank's anchors (the paper writes a sum; the mean keeps the
   gradient scale independent of the batch, which the linear lr scaling rule then handles).
   DDP averages gradients over ranks, so the effective loss is the mean over all global anchors.
@@ -20,7 +25,8 @@ Conventions shared by all three:
   the intra negatives get weight alpha. beta = 0 gives exactly Eq. 1 (intra weight 1).
 - Each loss also returns the Fig. 4 diagnostic: the mean 1-based rank (1 = most similar) of
   the positive and of the intra negatives among each anchor's candidates
-  (positive + intra negatives + inter negatives). ``nan`` when a kind is absent.
+  (positive + intra negatives + inter negatives), as 0-d tensors (no host sync: the trainer reads
+  them at log steps only). ``nan`` when a kind is absent.
 """
 
 from __future__ import annotations
@@ -50,6 +56,17 @@ def _prep(z_local: torch.Tensor, z_global: torch.Tensor | None, offset: int):
     return zl, zg
 
 
+def same_video(b: int, g: int, offset: int, video: torch.Tensor | None, video_global: torch.Tensor | None,
+               device: torch.device) -> torch.Tensor:
+    """(B, G) bool: global row g holds local anchor b's video (its own row, and any duplicate)."""
+    if video is None:
+        return F.one_hot(offset + torch.arange(b, device=device), g).bool()
+    vg = video if video_global is None else video_global
+    if video.shape != (b,) or vg.shape != (g,):
+        raise ValueError(f"video ids must be shaped ({b},) and ({g},), got {tuple(video.shape)} and {tuple(vg.shape)}")
+    return video.to(device)[:, None] == vg.to(device)[None, :]
+
+
 def _ranks(target: torch.Tensor, cands: torch.Tensor) -> torch.Tensor:
     """1-based rank of ``target`` (B, k) among ``cands`` (B, C) that contain it (strictly greater count)."""
     greater = (cands.unsqueeze(1) > target.unsqueeze(2)).sum(-1)
@@ -65,8 +82,12 @@ def _quad(
     tau: float,
     hard_beta: float,
     hard_alpha: float,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Shared core of Eq. 1/3/4: anchor = view 0, one positive view, intra negatives, inter negatives."""
+    own: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Shared core of Eq. 1/3/4: anchor = view 0, one positive view, intra negatives, inter negatives.
+
+    ``own`` (B, G): global rows that hold the anchor's video (masked out of the inter negatives).
+    """
     b, v, d = zl.shape
     g = zg.shape[0]
     a = zl[:, 0]
@@ -75,7 +96,6 @@ def _quad(
     s_intra = torch.einsum("bd,bkd->bk", a, zl[:, intra_idx]) if intra_idx else a.new_zeros(b, 0)
     # inter negatives: every view of every other video; the anchor's own video is masked to -inf
     # (no boolean indexing, so no host sync on GPU); exp(-inf) = 0 drops it from the sum
-    own = F.one_hot(offset + torch.arange(b, device=zl.device), g).bool()  # (B, G)
     s_all = (a @ zg.reshape(g * v, d).T).reshape(b, g, v)
     s_inter = s_all.masked_fill(own[:, :, None], float("-inf")).reshape(b, g * v)
 
@@ -94,8 +114,8 @@ def _quad(
 
     with torch.no_grad():
         cands = torch.cat([s_pos[:, None], s_intra, s_inter], dim=1)
-        stats = {"rank_pos": _ranks(s_pos[:, None], cands).mean().item()}
-        stats["rank_intra_neg"] = _ranks(s_intra, cands).mean().item() if intra_idx else float("nan")
+        stats = {"rank_pos": _ranks(s_pos[:, None], cands).mean()}
+        stats["rank_intra_neg"] = _ranks(s_intra, cands).mean() if intra_idx else torch.tensor(float("nan"))
     return loss, stats
 
 
@@ -122,21 +142,25 @@ def moquad_loss(
     tau: float = 0.1,
     hard_beta: float = 0.0,
     hard_alpha: float = 1.5,
-) -> tuple[torch.Tensor, dict[str, float]]:
+    video: torch.Tensor | None = None,
+    video_global: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Eq. 1 (``hard_beta=0``) / Eq. 4 on quadruples ``z_local`` (B, V, D) in ``view_names`` order.
 
-    Ablations that drop views simply pass fewer views (e.g. ``("anchor", "ad_pos")``).
+    Ablations that drop views simply pass fewer views (e.g. ``("anchor", "ad_pos")``: the SimCLR base).
     """
     if z_local.dim() != 3 or z_local.shape[1] != len(view_names):
         raise ValueError(f"z_local must be (B, {len(view_names)}, D), got {tuple(z_local.shape)}")
     pos, intra = view_roles(view_names)
     zl, zg = _prep(z_local, z_global, offset)
-    return _quad(zl, zg, offset, pos, intra, tau, hard_beta, hard_alpha)
+    own = same_video(zl.shape[0], zg.shape[0], offset, video, video_global, zl.device)
+    return _quad(zl, zg, offset, pos, intra, tau, hard_beta, hard_alpha, own)
 
 
 def appearance_loss(
-    z_local: torch.Tensor, *, z_global: torch.Tensor | None = None, offset: int = 0, tau: float = 0.1
-) -> tuple[torch.Tensor, dict[str, float]]:
+    z_local: torch.Tensor, *, z_global: torch.Tensor | None = None, offset: int = 0, tau: float = 0.1,
+    video: torch.Tensor | None = None, video_global: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Eq. 3: anchors z_i^n (view 0), positive z_i^m (view 1), negatives z_j^s, j != i, s in {n, m}.
 
     As written in the paper the anchor is only the clip at dilation n (one direction).
@@ -144,14 +168,17 @@ def appearance_loss(
     if z_local.dim() != 3 or z_local.shape[1] != 2:
         raise ValueError(f"appearance loss needs (B, 2, D) projections, got {tuple(z_local.shape)}")
     zl, zg = _prep(z_local, z_global, offset)
-    return _quad(zl, zg, offset, 1, [], tau, 0.0, 1.0)
+    own = same_video(zl.shape[0], zg.shape[0], offset, video, video_global, zl.device)
+    return _quad(zl, zg, offset, 1, [], tau, 0.0, 1.0, own)
 
 
 def nt_xent_loss(
-    z_local: torch.Tensor, *, z_global: torch.Tensor | None = None, offset: int = 0, tau: float = 0.1
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """SimCLR NT-Xent on (B, 2, D): every view is an anchor, its pair the positive, all other
-    2G - 2 views of the global batch the negatives; mean over the 2B local anchors."""
+    z_local: torch.Tensor, *, z_global: torch.Tensor | None = None, offset: int = 0, tau: float = 0.1,
+    video: torch.Tensor | None = None, video_global: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """SimCLR NT-Xent on (B, 2, D) (method ``simclr_classic``): every view is an anchor, its pair the
+    positive, all other views of the global batch of other videos the negatives; mean over the 2B
+    local anchors."""
     if z_local.dim() != 3 or z_local.shape[1] != 2:
         raise ValueError(f"NT-Xent needs (B, 2, D) projections, got {tuple(z_local.shape)}")
     zl, zg = _prep(z_local, z_global, offset)
@@ -161,11 +188,12 @@ def nt_xent_loss(
     logits = anchors @ cands.T / tau
     idx = offset + torch.arange(b, device=zl.device)
     rows = torch.arange(2 * b, device=zl.device)
-    self_col = torch.cat([idx, idx + g])
     pos_col = torch.cat([idx + g, idx])
-    logits = logits.masked_fill(F.one_hot(self_col, 2 * g).bool(), float("-inf"))
+    own = same_video(b, g, offset, video, video_global, zl.device).repeat(2, 2)  # (2B, 2G)
+    own = own & ~F.one_hot(pos_col, 2 * g).bool()  # same video except the positive: self and duplicates
+    logits = logits.masked_fill(own, float("-inf"))
     loss = F.cross_entropy(logits, pos_col)
     with torch.no_grad():
         pos = logits[rows, pos_col]
         rank = 1.0 + (logits > pos[:, None]).sum(1).float()
-    return loss, {"rank_pos": rank.mean().item(), "rank_intra_neg": float("nan")}
+    return loss, {"rank_pos": rank.mean(), "rank_intra_neg": torch.tensor(float("nan"))}

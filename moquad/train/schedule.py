@@ -3,7 +3,7 @@
 - :func:`lr_schedule`: SimCLR's linear warm-up then half-period cosine decay to 0, with the
   base lr scaled linearly with the global batch (``lr * global_batch / 256``).
 - :func:`stage` / :func:`stage_per_epoch`: Algorithm 1: the appearance task (Eq. 3) for epochs
-  ``e < p * E``, then MoQuad; the SimCLR baseline uses NT-Xent throughout.
+  ``e < p * E``, then MoQuad (``moquad.train.loop.loader_mode`` maps this to each method's views).
 """
 
 from __future__ import annotations
@@ -38,16 +38,12 @@ def lr_schedule(base_lr: float, global_batch: int, total_steps: int, warmup_step
     return out
 
 
-def stage(epoch: int, epochs: int, warmup_ratio: float, method: str = "moquad") -> str:
-    """Loader/loss mode of an epoch: ``simclr``, ``appearance`` (e < p*E) or ``moquad``."""
-    if method == "simclr":
-        return "simclr"
-    if method != "moquad":
-        raise ValueError(f"method must be moquad or simclr, got {method!r}")
+def stage(epoch: int, epochs: int, warmup_ratio: float) -> str:
+    """Task of an epoch (Algorithm 1): ``appearance`` (Eq. 3) for ``e < p * E``, then ``moquad``."""
     if not 0.0 <= warmup_ratio <= 1.0:
         raise ValueError(f"warmup_ratio must be in [0, 1], got {warmup_ratio}")
     return "appearance" if epoch < warmup_ratio * epochs else "moquad"
 
 
-def stage_per_epoch(epochs: int, warmup_ratio: float, method: str = "moquad") -> list[str]:
-    return [stage(e, epochs, warmup_ratio, method) for e in range(epochs)]
+def stage_per_epoch(epochs: int, warmup_ratio: float) -> list[str]:
+    return [stage(e, epochs, warmup_ratio) for e in range(epochs)]

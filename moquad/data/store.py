@@ -1,0 +1,233 @@
+"""The one reader of the on-disk format: ``dataset.json``, the manifests, a sample's bytes and frames.
+
+Written by ``moquad preprocess`` (schema in ``manifests/SCHEMA.md``); read here by the loader,
+feature extraction, the linear probe, fine-tuning, ``cam``, ``info`` and ``verify``.
+
+A :class:`Split` holds one split's manifest as flat numpy arrays (cheap to send to DataLoader
+workers) and reads by offset: a sample is ONE read of ``(shard, jpgs_offset, jpgs_size)``
+(:func:`read_bytes`, the single place where a remote byte-range store would plug in), checked
+against its sha256; a frame is one read of its byte range. The manifest is the dataset: files it
+does not name are never opened, and a shard it names that is missing or too short is an error at
+start-up (:meth:`Split.check_shards`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import simplejpeg
+import xxhash
+
+from moquad.errors import MoquadError
+
+SCHEMA_VERSION = 2  # 2 added the xxh3 column; version 1 datasets are read too (checked with sha256)
+READABLE_VERSIONS = (1, 2)
+MANIFEST_SCHEMA = pa.schema(
+    [
+        ("video_id", pa.string()),
+        ("split", pa.string()),
+        ("label", pa.int32()),
+        ("class_name", pa.string()),
+        ("source_path", pa.string()),
+        ("shard", pa.string()),
+        ("offset", pa.int64()),
+        ("jpgs_offset", pa.int64()),
+        ("jpgs_size", pa.int64()),
+        ("num_frames", pa.int32()),
+        ("fps", pa.float32()),
+        ("width", pa.int32()),
+        ("height", pa.int32()),
+        ("frame_offsets", pa.list_(pa.int64())),
+        ("checksum", pa.string()),  # sha256 of the payload (verify, provenance)
+        ("xxh3", pa.string()),  # xxh3-128 of the payload: checked on every read by the loader (~50x cheaper)
+    ]
+)
+ERRORS_SCHEMA = pa.schema(
+    [("source_path", pa.string()), ("video_id", pa.string()), ("split", pa.string()), ("reason", pa.string())]
+)
+
+
+class BadSample(Exception):
+    """A sample whose bytes cannot be used (checksum mismatch, short read, undecodable JPEG)."""
+
+
+# ---------------------------------------------------------------- dataset.json and manifests
+
+
+def read_info(data_dir: str | Path) -> dict[str, Any]:
+    """``dataset.json`` (name, classes, split sizes, settings), refusing other schema versions."""
+    path = Path(data_dir) / "dataset.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found; run `moquad preprocess ... --out {data_dir}` first "
+                                "(or `--merge` when the parts ran separately)")
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise MoquadError(f"{path} is not valid JSON ({e}); re-run `moquad preprocess ... --merge`") from None
+    if info.get("schema_version") not in READABLE_VERSIONS:
+        raise MoquadError(f"{path} has schema version {info.get('schema_version')}, this moquad reads "
+                          f"{', '.join(map(str, READABLE_VERSIONS))}; re-run `moquad preprocess` with this version")
+    return info
+
+
+def classes(data_dir: str | Path) -> list[str]:
+    """Class names in label order."""
+    return list(read_info(data_dir).get("classes") or [])
+
+
+def read_manifest(data_dir: str | Path, split: str) -> pa.Table:
+    """The merged manifest of ``split`` (one row per video)."""
+    path = Path(data_dir) / "manifests" / f"{split}.parquet"
+    if not path.is_file():
+        have = sorted(p.stem for p in (Path(data_dir) / "manifests").glob("*.parquet") if p.stem != "errors")
+        raise FileNotFoundError(f"no manifest for split {split!r} in {data_dir}; available: {', '.join(have) or 'none'}")
+    table = pq.read_table(path)
+    if "xxh3" not in table.column_names:  # schema version 1
+        table = table.append_column("xxh3", pa.nulls(table.num_rows, pa.string()))
+    missing = [c for c in MANIFEST_SCHEMA.names if c not in table.column_names]
+    if missing:
+        raise MoquadError(f"{path} lacks the columns {', '.join(missing)}; re-run `moquad preprocess` with this version")
+    return table.select(MANIFEST_SCHEMA.names).cast(MANIFEST_SCHEMA)
+
+
+def read_errors(data_dir: str | Path) -> pa.Table:
+    """``manifests/errors.parquet`` (inputs that were not written, with the reason); empty when absent."""
+    path = Path(data_dir) / "manifests" / "errors.parquet"
+    return pq.read_table(path).cast(ERRORS_SCHEMA) if path.is_file() else ERRORS_SCHEMA.empty_table()
+
+
+def manifest_checksum(table: pa.Table) -> str:
+    """sha256 over the rows' (video_id, label, class_name, payload checksum, num_frames).
+
+    Identifies the data content independently of how the Parquet file was written or where the
+    shards live, so a re-merged manifest of the same videos keeps caches valid.
+    """
+    h = hashlib.sha256()
+    cols = [table.column(c).to_pylist() for c in ("video_id", "label", "class_name", "checksum", "num_frames")]
+    for row in zip(*cols):
+        h.update(json.dumps(row).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- bytes and frames
+
+
+def read_bytes(path: str | Path, offset: int, size: int) -> bytes:
+    """``size`` bytes of ``path`` at ``offset``: ONE read (the hook for a remote byte-range store)."""
+    if offset < 0 or size < 0:
+        raise BadSample(f"invalid byte range ({offset}, {size})")
+    with open(path, "rb", buffering=0) as f:
+        data = os.pread(f.fileno(), size, offset)
+    if len(data) != size:
+        raise BadSample(f"short read: {len(data)} of {size} bytes at offset {offset}")
+    return data
+
+
+def decode_jpeg(data: bytes | memoryview, out: np.ndarray | None = None) -> np.ndarray:
+    """One JPEG -> uint8 (H, W, 3) RGB (into ``out`` when given); a broken JPEG raises BadSample."""
+    try:
+        return simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=out) if out is not None else \
+            simplejpeg.decode_jpeg(data, colorspace="RGB")
+    except (ValueError, RuntimeError) as e:
+        raise BadSample(f"JPEG decode failed: {e}") from None
+
+
+def decode_frames(payload: bytes, frame_offsets: Sequence[int], indices: Sequence[int]) -> np.ndarray:
+    """Decode frames ``indices`` (any order, repeats decoded once) of a ``.jpgs`` payload -> uint8 (T, H, W, 3)."""
+    n = len(frame_offsets) - 1
+    view, cache, out = memoryview(payload), {}, []
+    for i in (int(i) for i in indices):
+        if not 0 <= i < n:
+            raise IndexError(f"frame {i} out of range for a video of {n} frames")
+        if i not in cache:
+            cache[i] = decode_jpeg(view[frame_offsets[i] : frame_offsets[i + 1]])
+        out.append(cache[i])
+    return np.stack(out)
+
+
+class Split:
+    """One split's manifest as numpy arrays, with readers of its samples by offset."""
+
+    def __init__(self, data_dir: str | Path, split: str = "train") -> None:
+        table = read_manifest(data_dir, split)
+        self.data_dir, self.split = Path(data_dir), split
+        self.video_id = np.asarray(table.column("video_id").to_pylist(), dtype=object)
+        self.label = table.column("label").to_numpy().astype(np.int64)
+        self.class_name = table.column("class_name").to_pylist()
+        shard_names = table.column("shard").to_pylist()
+        self.shards = sorted(set(shard_names))
+        where = {s: i for i, s in enumerate(self.shards)}
+        self.shard = np.asarray([where[s] for s in shard_names], dtype=np.int64)
+        self.offset = table.column("jpgs_offset").to_numpy().astype(np.int64)
+        self.size = table.column("jpgs_size").to_numpy().astype(np.int64)
+        self.num_frames = table.column("num_frames").to_numpy().astype(np.int64)
+        self.height = table.column("height").to_numpy().astype(np.int64)
+        self.width = table.column("width").to_numpy().astype(np.int64)
+        fo = table.column("frame_offsets").combine_chunks()
+        self._fo = fo.flatten().to_numpy().astype(np.int64)
+        self._fo_start = np.asarray(fo.offsets.to_numpy()[:-1], dtype=np.int64) - int(fo.offsets[0].as_py())
+        self.checksum = table.column("checksum").to_pylist()
+        self.xxh3 = table.column("xxh3").to_pylist()
+        self.checksum_value = manifest_checksum(table)
+
+    def __len__(self) -> int:
+        return len(self.video_id)
+
+    def shard_path(self, i: int) -> Path:
+        return self.data_dir / self.shards[int(self.shard[i])]
+
+    def frame_offsets(self, i: int) -> np.ndarray:
+        """``num_frames + 1`` byte offsets of video ``i``'s frames inside its payload."""
+        s = self._fo_start[i]
+        return self._fo[s : s + self.num_frames[i] + 1]
+
+    def check_shards(self) -> None:
+        """Every shard the manifest names exists and is long enough, else ONE error pointing to verify."""
+        need = np.zeros(len(self.shards), dtype=np.int64)
+        np.maximum.at(need, self.shard, self.offset + self.size)
+        for s, name in enumerate(self.shards):
+            path = self.data_dir / name
+            videos = int((self.shard == s).sum())
+            if not path.is_file():
+                raise MoquadError(f"shard {name} named by manifests/{self.split}.parquet is missing ({videos} "
+                                  f"videos); run `moquad verify {self.data_dir}` and re-run `moquad preprocess`")
+            if path.stat().st_size < need[s]:
+                raise MoquadError(f"shard {name} is shorter ({path.stat().st_size} bytes) than its manifest says "
+                                  f"(>= {need[s]}); run `moquad verify {self.data_dir}`")
+
+    def payload(self, i: int, verify: bool = True) -> bytes:
+        """Video ``i``'s concatenated JPEGs: one read, checked unless ``verify=False`` (xxh3, else sha256)."""
+        data = read_bytes(self.shard_path(i), int(self.offset[i]), int(self.size[i]))
+        if verify:
+            ok = xxhash.xxh3_128_hexdigest(data) == self.xxh3[i] if self.xxh3[i] else \
+                hashlib.sha256(data).hexdigest() == self.checksum[i]
+            if not ok:
+                raise BadSample("checksum mismatch")
+        return data
+
+    def frame_bytes(self, i: int, f: int) -> bytes:
+        """The JPEG bytes of frame ``f`` of video ``i`` (one small read; donors and evaluation)."""
+        fo = self.frame_offsets(i)
+        return read_bytes(self.shard_path(i), int(self.offset[i] + fo[f]), int(fo[f + 1] - fo[f]))
+
+    def read_frames(self, i: int, indices: Sequence[int]) -> np.ndarray:
+        """Decode frames ``indices`` (any order, repeats allowed) of video ``i`` -> uint8 (T, H, W, 3).
+
+        Reads only the distinct frames' byte ranges (evaluation reads a few clips of long videos).
+        """
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = int(self.num_frames[i])
+        if len(idx) and (idx.min() < 0 or idx.max() >= n):
+            raise IndexError(f"frame index out of range for video {self.video_id[i]} of {n} frames")
+        uniq, inverse = np.unique(idx, return_inverse=True)
+        frames = np.stack([decode_jpeg(self.frame_bytes(i, int(f))) for f in uniq])
+        return frames[inverse]

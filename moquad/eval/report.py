@@ -1,0 +1,119 @@
+"""Results of the evaluation stage: provenance, JSON + text tables, classification metrics.
+
+Every result records three things so a number can be traced back: the protocol (the evaluation
+settings), the checkpoint (sha256 of the file) and the data (a checksum of the manifest rows used,
+``moquad.data.store.manifest_checksum``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from moquad.config import EvalConfig, to_dict
+from moquad.data.store import Split
+from moquad.eval.common import sha256_file
+from moquad.io import atomic_write_text
+
+
+def provenance(cfg: EvalConfig, splits: dict[str, Split]) -> dict[str, Any]:
+    """The record every result carries: full eval config, checkpoint hash, manifest checksums."""
+    return {
+        "config": to_dict(cfg),
+        "checkpoint": {"path": str(Path(cfg.checkpoint).resolve()), "sha256": sha256_file(cfg.checkpoint)},
+        "data": {
+            "dir": str(Path(cfg.data).resolve()),
+            "manifests": {s: {"videos": len(t), "checksum": t.checksum_value} for s, t in splits.items()},
+        },
+    }
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, Path):
+        return str(v)
+    return v
+
+
+def write_result(result: dict[str, Any], json_path: str | Path, tables: list[Table]) -> Path:
+    """Write ``result`` as JSON and the same numbers as a text table beside it (``.txt``); print the tables."""
+    json_path = Path(json_path)
+    if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+        return json_path  # one writer under torchrun: every rank computed the same numbers
+    atomic_write_text(json_path, json.dumps(_jsonable(result), indent=2) + "\n")
+    console = Console(record=True, width=110)
+    for t in tables:
+        console.print(t)
+    atomic_write_text(json_path.with_suffix(".txt"), console.export_text())
+    return json_path
+
+
+def protocol_table(title: str, result: dict[str, Any]) -> Table:
+    """Small key/value table of the provenance block (checkpoint, data, protocol)."""
+    t = Table(title=title, show_header=False, min_width=len(title) + 4)
+    t.add_column("key")
+    t.add_column("value")
+    t.add_row("checkpoint", f"{result['checkpoint']['path']} (sha256 {result['checkpoint']['sha256'][:12]})")
+    for split, m in result["data"]["manifests"].items():
+        t.add_row(f"data {split}", f"{result['data']['dir']} ({m['videos']} videos, {m['checksum'][:12]})")
+    for k, v in result.get("protocol", {}).items():
+        t.add_row(k, str(v))
+    return t
+
+
+def accuracy_report(probs: np.ndarray, labels: np.ndarray, classes: list[str]) -> dict[str, Any]:
+    """top-1 / top-5 accuracy, per-class accuracy (sorted best first) and the confusion matrix."""
+    pred = probs.argmax(1)
+    n_cls = max(len(classes), probs.shape[1])
+    conf = np.zeros((n_cls, n_cls), dtype=np.int64)
+    np.add.at(conf, (labels, pred), 1)
+    k5 = min(5, probs.shape[1])
+    top5 = np.argsort(-probs, axis=1, kind="stable")[:, :k5]
+    per_class = []
+    for c in range(n_cls):
+        n = int(conf[c].sum())
+        if n:
+            per_class.append({"class": classes[c] if c < len(classes) else str(c), "label": c, "videos": n,
+                              "accuracy": float(conf[c, c] / n)})
+    per_class.sort(key=lambda r: (-r["accuracy"], r["label"]))
+    return {
+        "top1": float((pred == labels).mean()),
+        "top5": float((top5 == labels[:, None]).any(1).mean()),
+        "mean_class_accuracy": float(np.mean([r["accuracy"] for r in per_class])) if per_class else 0.0,
+        "videos": int(len(labels)),
+        "per_class": per_class,
+        "confusion": conf.tolist(),
+    }
+
+
+def accuracy_tables(title: str, report: dict[str, Any], max_rows: int = 40) -> list[Table]:
+    """Summary table and per-class table (best and worst classes, like the paper's SSv2 table)."""
+    s = Table(title=title, min_width=len(title) + 4)
+    for col in ("videos", "top-1 (%)", "top-5 (%)", "mean class acc (%)"):
+        s.add_column(col, justify="right")
+    s.add_row(str(report["videos"]), f"{100 * report['top1']:.2f}", f"{100 * report['top5']:.2f}",
+              f"{100 * report['mean_class_accuracy']:.2f}")
+    pc = Table(title="per-class accuracy (best first)")
+    for col, j in (("class", "left"), ("videos", "right"), ("accuracy (%)", "right")):
+        pc.add_column(col, justify=j)  # type: ignore[arg-type]
+    rows = report["per_class"]
+    shown = rows if len(rows) <= max_rows else rows[: max_rows // 2] + [None] + rows[-max_rows // 2 :]
+    for r in shown:
+        if r is None:
+            pc.add_row("...", "", "")
+        else:
+            pc.add_row(r["class"], str(r["videos"]), f"{100 * r['accuracy']:.2f}")
+    return [s, pc]
