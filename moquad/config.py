@@ -62,6 +62,7 @@ class LoaderConfig:
     color_strength: float = 0.5
     grayscale: float = 0.2  # probability of grayscale
     augment_on_device: bool = False  # workers only decode; crop/flip/colour/RAD run on the accelerator
+    decode_on_device: bool = False  # workers only read; JPEG decoding (nvJPEG) and augmentation on the GPU
     verify_checksums: bool = True  # sha256 of every sample's payload checked on read
     max_bad_fraction: float = 0.01  # stop when more than this share of an epoch's samples is unreadable
     workers: int = 2  # DataLoader worker processes per rank

@@ -45,10 +45,15 @@ def pick_device(want: str = "auto", local_rank: int = 0) -> torch.device:
 
 
 def init(device: str = "auto") -> DistInfo:
-    """Start the process group from the environment (if WORLD_SIZE > 1) and pick this rank's device."""
+    """Start the process group from the environment and pick this rank's device.
+
+    A group is started when WORLD_SIZE > 1, or under torchrun with one process (MASTER_ADDR set), so that
+    ``torchrun --nproc-per-node 1`` runs the same DDP / NCCL path as a multi-GPU job.
+    """
     rank, local_rank, world = env_ranks()
     dev = pick_device(device, local_rank)
-    if world > 1 and not dist.is_initialized():
+    launched = world > 1 or ("WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ)
+    if launched and not dist.is_initialized():
         for var in ("MASTER_ADDR", "MASTER_PORT"):
             if var not in os.environ:
                 raise ValueError(f"WORLD_SIZE={world} but {var} is not set; launch with torchrun")
@@ -65,7 +70,8 @@ def cleanup() -> None:
 
 
 def is_dist() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    """True inside a process group (torchrun), whatever its size."""
+    return dist.is_available() and dist.is_initialized()
 
 
 def get_rank() -> int:

@@ -331,6 +331,11 @@ def test_worker_and_device_paths_give_the_same_views(textured, changes):
     levels = (out - normalize(cpu["views"], "cpu")).abs() * torch.tensor(STD).view(3, 1, 1, 1) * 255
     assert out.shape == (3, len(cpu["view_names"]), 3, 4, 32, 32)
     assert float(levels.max()) <= 0.51
+    # decode_on_device: workers ship JPEG bytes; torchvision decodes them (nvJPEG on CUDA; libjpeg-turbo here)
+    jpeg = next(iter(make_loader(textured, dataclasses.replace(cfg, decode_on_device=True), batch_size=3)))
+    assert "raw" not in jpeg and jpeg["jpeg"].dtype == torch.uint8 and int(jpeg["jpeg_count"].sum()) == \
+        len(jpeg["jpeg_offsets"]) - 1
+    assert torch.equal(to_model(jpeg, "cpu", cfg.size), out)
 
 
 def test_augment_on_device_in_worker_processes(data):

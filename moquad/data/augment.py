@@ -166,14 +166,43 @@ def normalize(x: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     return ((x - mean) / std).contiguous()
 
 
+def decode_batch(batch: dict, device: torch.device | str) -> torch.Tensor:
+    """``decode_on_device`` batches: the frames' JPEG bytes -> ``raw`` uint8 (B, U, H, W, 3) on ``device``.
+
+    One batched ``torchvision.io.decode_jpeg`` call (nvJPEG on CUDA); each video's frames are then placed in
+    the zero-padded batch tensor with one copy per video.
+    """
+    import warnings
+
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    flat, offsets = batch["jpeg"], batch["jpeg_offsets"].tolist()
+    counts, hw = batch["jpeg_count"].tolist(), batch["hw"]
+    with warnings.catch_warnings():  # torchvision >= 0.29 points to TorchCodec; decode_jpeg still works
+        warnings.simplefilter("ignore", DeprecationWarning)
+        images = decode_jpeg([flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])], mode=ImageReadMode.RGB,
+                             device=device)
+    h, w = (int(x) for x in hw.max(0).values)
+    raw = torch.zeros((len(counts), max(counts), h, w, 3), dtype=torch.uint8, device=images[0].device)
+    start = 0
+    for b, n in enumerate(counts):
+        frames = torch.stack(images[start : start + n])  # (n, 3, h_b, w_b)
+        raw[b, :n, : frames.shape[2], : frames.shape[3]] = frames.permute(0, 2, 3, 1)
+        start += n
+    return raw
+
+
 def to_model(batch: dict, device: torch.device | str, size: int) -> torch.Tensor:
     """A loader batch -> normalised float views (B, V, 3, T, size, size) on ``device``.
 
     Batches augmented in the workers carry uint8 ``views``; ``augment_on_device`` batches carry the
-    frames and parameters, which :func:`apply_views` turns into views on ``device``.
+    frames (or, with ``decode_on_device``, their JPEG bytes) and the parameters, which
+    :func:`apply_views` turns into views on ``device``.
     """
     if "views" in batch:
         return normalize(batch["views"], device)
+    if "raw" not in batch:
+        batch = {**batch, "raw": decode_batch(batch, device)}
     moved = {k: batch[k].to(device, non_blocking=True) if k in ("raw", "pool", "frame_index") else batch[k]
              for k in PARAM_KEYS}
     views = apply_views(moved, size)  # (B, V, T, S, S, 3) float on the device

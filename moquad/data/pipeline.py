@@ -32,7 +32,7 @@ from moquad.config import LoaderConfig
 from moquad.data.augment import apply_views
 from moquad.data.donors import DonorPool, donor_pool, resize_cells
 from moquad.data.sampler import EpochPlan
-from moquad.data.store import BadSample, Split, decode_jpeg
+from moquad.data.store import BadSample, Split, decode_frames, decode_jpeg
 from moquad.data.views import ViewParams, cell_size, check_config, draw_views, needs_donors
 from moquad.errors import MoquadError
 
@@ -125,23 +125,37 @@ class EpochBatches(Dataset):
         hw = (int(split.height[i]), int(split.width[i]))
         return i, payload, draw_views(int(split.num_frames[i]), hw, cfg, rng, pick, str(split.video_id[i]))
 
+    def _frames(self, drawn: list[tuple[int, bytes, ViewParams]]) -> dict[str, torch.Tensor]:
+        """The views' frames: decoded into ``raw`` (B, U, H, W, 3), or, with ``decode_on_device``, their JPEG
+        bytes (``jpeg`` flat uint8, ``jpeg_offsets`` (N+1,), ``jpeg_count`` (B,), ``hw`` (B, 2)) for the GPU."""
+        split = self.split
+        idx = [d[0] for d in drawn]
+        if self.cfg.decode_on_device:
+            chunks = [bytes(memoryview(payload)[fo[f] : fo[f + 1]]) for i, payload, p in drawn
+                      for fo in [split.frame_offsets(i)] for f in p.frames.tolist()]
+            flat = _empty((sum(len(c) for c in chunks),), torch.uint8)
+            flat.numpy()[:] = np.frombuffer(b"".join(chunks), dtype=np.uint8)
+            return {"jpeg": flat, "jpeg_offsets": torch.from_numpy(np.cumsum([0] + [len(c) for c in chunks])),
+                    "jpeg_count": torch.tensor([len(p.frames) for _, _, p in drawn]),
+                    "hw": torch.from_numpy(np.stack([split.height[idx], split.width[idx]], 1))}
+        shape = (max(len(d[2].frames) for d in drawn), int(split.height[idx].max()), int(split.width[idx].max()), 3)
+        raw = _empty((len(drawn), *shape), torch.uint8) if self.augment_on_device else \
+            torch.from_numpy(np.empty((len(drawn), *shape), dtype=np.uint8))
+        for pos, (i, payload, p) in enumerate(drawn):
+            try:
+                _decode_into(raw.numpy()[pos], payload, split.frame_offsets(i), p.frames,
+                             (int(split.height[i]), int(split.width[i])))
+            except BadSample as e:
+                raise _DecodeFailed(pos, e) from None
+        return {"raw": raw}
+
     def _collate(self, drawn: list[tuple[int, bytes, ViewParams]], pool: DonorPool | None, bad: list) -> dict:
         split, cfg = self.split, self.cfg
         idx = [d[0] for d in drawn]
         params = [d[2] for d in drawn]
-        shape = (max(len(p.frames) for p in params), int(split.height[idx].max()), int(split.width[idx].max()), 3)
-        raw = _empty((len(drawn), *shape), torch.uint8) if self.augment_on_device else \
-            torch.from_numpy(np.empty((len(drawn), *shape), dtype=np.uint8))
-        frames = raw.numpy()
-        for pos, (i, payload, p) in enumerate(drawn):
-            try:
-                _decode_into(frames[pos], payload, split.frame_offsets(i), p.frames,
-                             (int(split.height[i]), int(split.width[i])))
-            except BadSample as e:
-                raise _DecodeFailed(pos, e) from None
         batch = {k: torch.from_numpy(np.stack([getattr(p, k) for p in params])) for k in _STACKED}
-        batch["raw"] = raw
-        batch["cells"], batch["pool"] = self._cells(idx, params, raw, pool)
+        batch.update(self._frames(drawn))
+        batch["cells"], batch["pool"] = self._cells(drawn, batch.get("raw"), pool)
         out = {"view_names": params[0].names, "video_id": [str(split.video_id[i]) for i in idx],
                "index": torch.tensor(idx, dtype=torch.int64), "label": torch.from_numpy(split.label[idx]),
                "lam": batch["lam"], "bad": bad,
@@ -157,17 +171,22 @@ class EpochBatches(Dataset):
             out["info"] = [p.info for p in params]
         return out
 
-    def _cells(self, idx: list[int], params: list[ViewParams], raw: torch.Tensor, pool: DonorPool | None) -> tuple:
+    def _cells(self, drawn: list[tuple[int, bytes, ViewParams]], raw: torch.Tensor | None,
+               pool: DonorPool | None) -> tuple:
         """RAD windows of the batch as indices into ONE pool: donor frames + the videos' own (RAD-intra)."""
         c = cell_size(self.cfg)
         parts = [pool.cells] if pool is not None else [torch.zeros((0, c, c, 3), dtype=torch.uint8)]
         base = len(parts[0])
-        cells = np.stack([p.cells for p in params])
-        for b, (i, p) in enumerate(zip(idx, params)):
+        cells = np.stack([p.cells for _, _, p in drawn])
+        for b, (i, payload, p) in enumerate(drawn):
             own = p.own_cells >= 0
             if own.any():
                 h, w = int(self.split.height[i]), int(self.split.width[i])
-                picked = raw[b, torch.from_numpy(p.own_cells[own]), :h, :w].contiguous()
+                if raw is not None:
+                    picked = raw[b, torch.from_numpy(p.own_cells[own]), :h, :w].contiguous()
+                else:  # decode_on_device: the worker decodes just these frames
+                    picked = torch.from_numpy(decode_frames(payload, self.split.frame_offsets(i),
+                                                            p.frames[p.own_cells[own]]))
                 parts.append(resize_cells(picked, c))
                 cells[b][own] = base + np.arange(int(own.sum()))
                 base += int(own.sum())
@@ -230,6 +249,7 @@ def make_loader(
     if not 0 <= start <= total:
         raise ValueError(f"start batch {start} outside the epoch's {total} batches")
     on_device = cfg.augment_on_device if augment_on_device is None else augment_on_device
+    on_device = on_device or cfg.decode_on_device
     ds = EpochBatches(data, cfg, plan, epoch, rank, augment_on_device=on_device, debug=debug)
     workers = min(cfg.workers, total - start)
     return DataLoader(ds, batch_size=None, sampler=range(start, total), collate_fn=_passthrough,

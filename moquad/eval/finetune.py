@@ -105,7 +105,7 @@ def _train(net: nn.Module, cfg: EvalConfig, train: Split, rows: np.ndarray, weig
     """Fine-tune ``net`` in place (DDP under torchrun); the mean training loss of every epoch."""
     opt = make_optimizer(net, cfg.optimizer, cfg.lr, weight_decay)
     train_net: nn.Module = net
-    if world > 1:
+    if dist.is_dist():
         train_net = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
     ds = TrainClips(train, rows, cfg.frames, cfg.dilation, cfg.size, cfg.seed)
     per_rank = cfg.batch_size // world

@@ -101,7 +101,7 @@ class Trainer:
 
     cfg: PretrainConfig
     info: dist.DistInfo
-    model: nn.Module  # DDP-wrapped when world > 1
+    model: nn.Module  # DDP-wrapped under torchrun
     core: nn.Module  # the plain model (what checkpoints hold)
     optimizer: torch.optim.Optimizer
     lrs: torch.Tensor
@@ -177,9 +177,10 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, loader_fn: LoaderFn | None, 
     start = _resume(cfg, run / "checkpoints" / "last.pt", model, optimizer, spe, checksum)
     # ------------------------------------------------------------ distributed
     core: nn.Module = model
-    if cfg.sync_bn and (world == 1 or device.type != "cuda") and main:
-        warnings.warn("sync_bn needs several GPU processes (NCCL); training with per-process BatchNorm", stacklevel=2)
-    if world > 1:
+    if cfg.sync_bn and (not dist.is_dist() or device.type != "cuda") and main:
+        warnings.warn("sync_bn needs GPU processes under torchrun (NCCL); training with per-process BatchNorm",
+                      stacklevel=2)
+    if dist.is_dist():
         if cfg.sync_bn and device.type == "cuda":
             model = core = nn.SyncBatchNorm.convert_sync_batchnorm(model)
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
