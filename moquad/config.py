@@ -26,7 +26,6 @@ import functools
 import math
 import operator
 import os
-import re
 import types
 import typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
@@ -36,6 +35,7 @@ from typing import Any, TypeVar
 import yaml
 
 from moquad.errors import MoquadError
+from moquad.recipes import load_recipe
 
 T = TypeVar("T")
 
@@ -44,8 +44,6 @@ DATASETS = ("k400", "ucf101", "hmdb51", "ssv2", "folder")
 BACKBONES = ("tiny", "r3d_18", "r2plus1d_18", "s3d", "r3d_50")
 OPTIMIZERS = ("lars", "sgd", "adamw")
 DEVICES = ("auto", "cpu", "cuda")
-# the checkout's top level: train/, eval/ and preprocess/ recipes live there, beside the package
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 class ConfigError(MoquadError, ValueError):
@@ -185,7 +183,8 @@ class EvalConfig:
 
 
 @functools.cache
-def _hints(cls: type) -> dict[str, Any]:
+def type_hints(cls: type) -> dict[str, Any]:
+    """Field name -> annotation of a config class, resolved (the module uses postponed annotations)."""
     return typing.get_type_hints(cls)
 
 
@@ -197,7 +196,7 @@ def _type_name(tp: Any, plural: bool = False) -> str:
     return _TYPE_NAMES.get(tp, (str(tp), str(tp)))[plural]
 
 
-def _optional(tp: Any) -> tuple[Any, bool]:
+def unwrap_optional(tp: Any) -> tuple[Any, bool]:
     """``X | None`` -> (X, True); anything else -> (tp, False)."""
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -224,7 +223,7 @@ def _scalar(key: str, tp: Any, value: Any, rules: dict[str, Any]) -> Any:
 def check_value(key: str, tp: Any, value: Any, rules: dict[str, Any] | None = None) -> Any:
     """``value`` as annotation ``tp`` wants it (int -> float, list -> tuple), else :class:`ConfigError`."""
     rules = rules or {}
-    tp, optional = _optional(tp)
+    tp, optional = unwrap_optional(tp)
     if value is None and optional:
         return None
     if typing.get_origin(tp) is not tuple:
@@ -243,7 +242,7 @@ def check_value(key: str, tp: Any, value: Any, rules: dict[str, Any] | None = No
 
 def check(cfg: Any) -> None:
     """Check (and coerce in place) every field of a config; nested configs were checked when built."""
-    hints = _hints(type(cfg))
+    hints = type_hints(type(cfg))
     for f in fields(cfg):
         tp, value = hints[f.name], getattr(cfg, f.name)
         if is_dataclass(tp):
@@ -259,7 +258,7 @@ def check(cfg: Any) -> None:
 def parse_text(key: str, tp: Any, text: str) -> Any:
     """A command-line string as annotation ``tp`` reads it: ``1,4`` (or ``[1, 4]``) for tuples,
     ``true``/``false`` for bools, ``none`` for optional settings."""
-    tp, optional = _optional(tp)
+    tp, optional = unwrap_optional(tp)
     text = text.strip()
     if optional and text.lower() in ("none", "null", ""):
         return None
@@ -330,78 +329,8 @@ def parse_sets(cfg: Any, assignments: list[str] | tuple[str, ...]) -> dict[str, 
             if i < len(parts) - 1:
                 target, node = getattr(target, part), node.setdefault(part, {})
             else:
-                node[part] = parse_text(key, _hints(type(target))[part], text)
+                node[part] = parse_text(key, type_hints(type(target))[part], text)
     return out
-
-
-class _RecipeLoader(yaml.SafeLoader):
-    """YAML 1.2 floats: ``1e-6`` is a number (PyYAML's YAML 1.1 reads it as a string)."""
-
-
-_RecipeLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.?[0-9_]*|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
-
-
-def find_recipe(path: str | Path) -> Path:
-    """``path`` as given, else relative to the checkout (``train/cpu_demo.yaml`` works from any folder)."""
-    path = Path(path)
-    if path.is_file() or path.is_absolute() or not (REPO_ROOT / path).is_file():
-        return path
-    return REPO_ROOT / path
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        with open(path) as f:
-            data = yaml.load(f, Loader=_RecipeLoader)  # noqa: S506 (a SafeLoader)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = f" line {mark.line + 1}" if mark else ""
-        raise MoquadError(f"recipe {path}{line}: {e.problem or e.context}; fix the YAML syntax") from None
-    except yaml.YAMLError as e:
-        raise MoquadError(f"recipe {path}: {str(e).splitlines()[0]}; fix the YAML syntax") from None
-    except UnicodeDecodeError:
-        raise MoquadError(f"recipe {path} is not a text file; pass a YAML recipe") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise MoquadError(f"recipe {path} must be a YAML mapping of settings (key: value lines)")
-    return data
-
-
-def load_recipe(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Read a YAML recipe into a plain dict.
-
-    ``base: other.yaml`` (relative to the recipe) is loaded first and overridden, so each
-    paper row is a few lines on top of a shared base. ``description`` and ``paper`` are
-    documentation only (the paper's reported numbers for that row).
-    """
-    path = find_recipe(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"recipe {path} not found; pass a YAML file such as train/ucf101_r3d18_moquad.yaml")
-    if path.resolve() in _chain:
-        cycle = " -> ".join(p.name for p in (*_chain, path.resolve()))
-        raise MoquadError(f"recipe {path}: its base chain is a cycle ({cycle}); remove one of the base: lines")
-    data = _read_yaml(path)
-    data.pop("description", None)
-    data.pop("paper", None)
-    base = data.pop("base", None)
-    if base:
-        data = _deep_merge(load_recipe(path.parent / str(base), (*_chain, path.resolve())), data)
-    return data
-
-
-def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def resolve(cfg: T, recipe: str | Path | None, overrides: dict[str, Any], sets: list[str] | tuple[str, ...] = ()) -> T:

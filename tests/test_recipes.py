@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from moquad import config as C
+from moquad.recipes import load_recipe, read_recipe_file
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = sorted(p for p in (ROOT / "train").rglob("*.yaml") if not p.name.startswith("_") and p.stem != "cpu_demo")
@@ -126,11 +127,11 @@ def test_preprocess_recipe(path):
 def test_recipe_states_only_what_differs(path):
     """No key repeats the value it already has from the defaults (and the recipe's base)."""
     kind = KIND[path.relative_to(ROOT).parts[0]]
-    own = C._read_yaml(path)
+    own = read_recipe_file(path)
     base = own.pop("base", None)
     for key in ("description", "paper"):
         own.pop(key, None)
-    start = C.update(kind(), C.load_recipe(path.parent / base)) if base else kind()
+    start = C.update(kind(), load_recipe(path.parent / base)) if base else kind()
     redundant = [(k, v) for k, v in own.items() if not isinstance(v, dict) and C.update(start, {k: v}) == start]
     redundant += [(f"{k}.{kk}", vv) for k, v in own.items() if isinstance(v, dict)
                   for kk, vv in v.items() if C.update(start, {k: {kk: vv}}) == start]
