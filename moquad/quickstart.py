@@ -88,8 +88,6 @@ def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per
     from moquad.preprocess.manifest import verify
     from moquad.preprocess.run import preprocess
     from moquad.synth import make_synth
-    from moquad.train.loop import pretrain
-    from moquad.train.plot import plot_run
 
     console = Console()
     out = Path(out)
@@ -119,22 +117,7 @@ def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per
     console.print(f"verify: {shards} OK")
 
     console.rule("[bold]3/4 pretrain: SimCLR and MoQuad, same budget")
-    checkpoints = {}
-    console.print(f"each run is: moquad pretrain --data {shards} --recipe {TRAIN_RECIPE} --method METHOD --out "
-                  f"{out}/METHOD --seed {seed} --backbone {backbone} --epochs {epochs} --lr-warmup-epochs "
-                  f"{max(1, epochs // 20)}")
-    for method in ("simclr", "moquad"):
-        cfg = demo_pretrain_config(shards, out / method, method, epochs, seed, backbone)
-        last = Path(cfg.out) / "checkpoints" / "last.pt"
-        if last.is_file() and _finished(last, cfg.epochs):
-            checkpoints[method] = last
-        else:  # a run cut short (Ctrl-C, a full disk) continues where it stopped
-            checkpoints[method] = pretrain(dataclasses.replace(cfg, resume=last.is_file()))
-        console.print(f"{method}: curves (loss, lr, Fig. 4 ranks) in {plot_run(cfg.out)}")
-    random_ckpt = out / "random" / "checkpoints" / "last.pt"
-    if not random_ckpt.is_file():
-        _save_untrained(demo_pretrain_config(shards, out / "random", "simclr", epochs, seed, backbone), random_ckpt)
-    checkpoints = {"random init": random_ckpt, **checkpoints}
+    checkpoints = _pretrain_all(console, shards, out, epochs, seed, backbone)
 
     console.rule("[bold]4/4 retrieve: test split queries the train split")
     console.print(f"each is: moquad retrieve --data {shards} --checkpoint RUN/checkpoints/last.pt --recipe {EVAL_RECIPE} "
@@ -146,8 +129,39 @@ def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per
     results = {}
     for name, ckpt in checkpoints.items():
         results[name] = retrieve(demo_eval_config(shards, ckpt, out / "eval" / name.replace(" ", "_")))
+    _report(console, results, out, f"{classes} classes, {epochs} epochs, {backbone} backbone", 1.0 / classes)
+    console.print(f"done in {time.time() - t0:.0f} s. Read the Fig. 4 curves (moquad/curves.png): MoQuad learns motion "
+                  "once its Intra-Negs (the same video at another speed) rank far below its AD-Pos; see README, "
+                  "'Synthetic evidence'.")
+    return results
 
-    table = Table(title=f"Retrieval on synthetic motion data ({classes} classes, {epochs} epochs, {backbone} backbone)")
+
+def _pretrain_all(console: Console, shards: Path, out: Path, epochs: int, seed: int, backbone: str) -> dict[str, Path]:
+    """SimCLR and MoQuad runs (reused when finished, resumed when cut short) and the untrained floor."""
+    from moquad.train.loop import pretrain
+    from moquad.train.plot import plot_run
+
+    console.print(f"each run is: moquad pretrain --data {shards} --recipe {TRAIN_RECIPE} --method METHOD --out "
+                  f"{out}/METHOD --seed {seed} --backbone {backbone} --epochs {epochs} --lr-warmup-epochs "
+                  f"{max(1, epochs // 20)}")
+    checkpoints = {}
+    for method in ("simclr", "moquad"):
+        cfg = demo_pretrain_config(shards, out / method, method, epochs, seed, backbone)
+        last = Path(cfg.out) / "checkpoints" / "last.pt"
+        if last.is_file() and _finished(last, cfg.epochs):
+            checkpoints[method] = last
+        else:  # a run cut short (Ctrl-C, a full disk) continues where it stopped
+            checkpoints[method] = pretrain(dataclasses.replace(cfg, resume=last.is_file()))
+        console.print(f"{method}: curves (loss, lr, Fig. 4 ranks) in {plot_run(cfg.out)}")
+    random_ckpt = out / "random" / "checkpoints" / "last.pt"
+    if not random_ckpt.is_file():
+        _save_untrained(demo_pretrain_config(shards, out / "random", "simclr", epochs, seed, backbone), random_ckpt)
+    return {"random init": random_ckpt, **checkpoints}
+
+
+def _report(console: Console, results: dict[str, dict], out: Path, what: str, chance: float) -> None:
+    """The terminal table, comparison.json and comparison.png."""
+    table = Table(title=f"Retrieval on synthetic motion data ({what})")
     table.add_column("method")
     for k in KS:
         table.add_column(f"top-{k}", justify="right")
@@ -157,12 +171,9 @@ def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per
     summary = {name: {f"top{k}": r[f"top{k}"] for k in KS} for name, r in results.items()}
     (out / "comparison.json").write_text(json.dumps(summary, indent=2))
     for r in results.values():
-        r.setdefault("chance_top1", 1.0 / classes)
+        r.setdefault("chance_top1", chance)
     _plot(results, out / "comparison.png")
-    console.print(f"wrote {out / 'comparison.json'} and {out / 'comparison.png'} in {time.time() - t0:.0f} s")
-    console.print("Read the Fig. 4 curves (moquad/curves.png): MoQuad learns motion once its Intra-Negs (the same "
-                  "video at another speed) rank far below its AD-Pos; see README, 'Synthetic evidence'.")
-    return results
+    console.print(f"wrote {out / 'comparison.json'} and {out / 'comparison.png'}")
 
 
 def _save_untrained(cfg: C.PretrainConfig, path: Path) -> None:
