@@ -2,20 +2,30 @@
 
 Run ``moquad COMMAND --help`` for the options and an example of each command. On a
 cluster the same commands run under torchrun: ``torchrun ... -m moquad.cli pretrain ...``.
+Settings: defaults < ``--recipe`` < flags < ``--set KEY=VALUE``; errors: :mod:`moquad.cli_common`.
 """
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import typer
 
 from moquad import config as C
-from moquad.errors import MoquadError
+from moquad.cli_common import (
+    _CKPT,
+    _DATA,
+    _PRINT,
+    _RECIPE,
+    _SET,
+    _eval_cfg,
+    _friendly,
+    _need_dir,
+    _need_file,
+    _printed,
+    global_options,
+)
 
 app = typer.Typer(
     add_completion=False,
@@ -26,35 +36,8 @@ app = typer.Typer(
     "`moquad quickstart` runs them all on generated data.",
 )
 
-DATASETS = ("k400", "ucf101", "hmdb51", "ssv2", "folder")
 
-
-def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn input errors into a one-line message and exit code 2 instead of a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (MoquadError, ValueError, FileNotFoundError, NotADirectoryError, FileExistsError) as e:
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            typer.echo(f"error: {msg}", err=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            typer.echo("interrupted", err=True)
-            raise typer.Exit(130) from None
-
-    return wrapper
-
-
-def _need_dir(path: str, what: str, hint: str) -> None:
-    if not Path(path).is_dir():
-        raise FileNotFoundError(f"{what} {path} is not a directory; {hint}")
-
-
-def _need_file(path: str, what: str, hint: str) -> None:
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{what} {path} not found; {hint}")
+app.callback(epilog="Example: moquad --debug pretrain --data D  (or: MOQUAD_DEBUG=1 moquad ...)")(global_options)
 
 
 # ----------------------------------------------------------------------------- stage 0: data
@@ -85,7 +68,8 @@ def synth(
 @app.command(
     epilog="Examples: moquad preprocess ucf101 /data/UCF101 --out /data/shards/ucf101 --split 1  |  "
     "moquad preprocess k400 /data/k400 --out /data/shards/k400 --num-parts 8 --part 3  |  "
-    "moquad preprocess k400 /data/k400 --out /data/shards/k400 --merge"
+    "moquad preprocess k400 /data/k400 --out /data/shards/k400 --merge  |  "
+    "moquad preprocess folder /data/clips --out /data/shards/clips --set jpeg_quality=95"
 )
 @_friendly
 def preprocess(
@@ -94,7 +78,7 @@ def preprocess(
     out: str = typer.Option(..., "--out", "-o", help="Output folder for shards and manifests."),
     recipe: str | None = typer.Option(None, help="YAML recipe (preprocess/*.yaml); flags override it."),
     split: int | None = typer.Option(None, help="Official split number for ucf101/hmdb51 (1, 2 or 3)."),
-    short_side: int | None = typer.Option(None, help="Resize so the short side is this many pixels (128)."),
+    short_side: int | None = typer.Option(None, help="Resize so the short side is this many pixels (256; 128 for 112 crops)."),
     fps: float | None = typer.Option(None, help="Resample to this frame rate (default: native)."),
     jpeg_quality: int | None = typer.Option(None, help="JPEG quality 1-100 (90)."),
     shard_size: int | None = typer.Option(None, help="Target shard size in bytes (1e9)."),
@@ -104,6 +88,8 @@ def preprocess(
     limit: int | None = typer.Option(None, help="Only the first N videos after shuffling (trial runs)."),
     seed: int | None = typer.Option(None, help="Shuffle seed."),
     merge: bool = typer.Option(False, "--merge", help="Combine the manifests of all parts, then exit."),
+    sets: list[str] | None = _SET,
+    print_config: bool = _PRINT,
 ) -> None:
     """Transcode a dataset into webdataset tar shards of JPEG frames with Parquet manifests."""
     if merge:
@@ -112,18 +98,19 @@ def preprocess(
 
         run.merge(out)
         return
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
-    _need_dir(root, "dataset root", "pass the folder that holds the videos and annotation files")
-    from moquad.preprocess import run
-
     cfg = C.resolve(
         C.PreprocessConfig(),
         recipe,
         dict(dataset=dataset, root=root, out=out, split=split, short_side=short_side, fps=fps,
              jpeg_quality=jpeg_quality, shard_size=shard_size, workers=workers, num_parts=num_parts,
              part=part, limit=limit, seed=seed),
+        sets or (),
     )
+    if _printed(cfg, print_config):
+        return
+    _need_dir(cfg.root, "dataset root", "pass the folder that holds the videos and annotation files")
+    from moquad.preprocess import run
+
     run.preprocess(cfg)
 
 
@@ -148,7 +135,8 @@ def verify(data: str = typer.Argument(..., help="A folder written by `moquad pre
 
 @app.command(
     epilog="Examples: moquad pretrain --data /data/shards/ucf101 --recipe train/ucf101_r3d18_moquad_dagger.yaml  |  "
-    "moquad pretrain --data data/shards --method simclr --backbone tiny --epochs 5 --batch-size 16 --size 64  |  "
+    "moquad pretrain --data data/shards --recipe train/cpu_demo.yaml --method moquad --out runs/moquad  |  "
+    "moquad pretrain --data data/shards --backbone tiny --size 64 --set loader.dilations=1,4 --set loader.grayscale=0  |  "
     "torchrun --nnodes 4 --nproc-per-node 8 ... -m moquad.cli pretrain --data ... --recipe ..."
 )
 @_friendly
@@ -182,11 +170,12 @@ def pretrain(
     ckpt_every: int | None = typer.Option(None, help="Checkpoint every N steps."),
     sync_bn: bool | None = typer.Option(None, "--sync-bn/--no-sync-bn", help="SyncBatchNorm across ranks."),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoints/last.pt."),
-    seed: int | None = typer.Option(None, help="Seed for model init and data order."),
+    seed: int | None = typer.Option(None, help="Seed for model init and data order (sets seed and loader.seed)."),
     device: str | None = typer.Option(None, help="auto, cpu or cuda."),
+    sets: list[str] | None = _SET,
+    print_config: bool = _PRINT,
 ) -> None:
-    """Pre-train a video encoder with MoQuad (or the SimCLR baseline) from shards."""
-    _need_dir(data, "data folder", "run `moquad preprocess` first and pass its --out folder")
+    """Pre-train a video encoder with MoQuad (or the SimCLR baseline) from shards; any setting: --set KEY=VALUE."""
     cfg = C.resolve(
         C.PretrainConfig(),
         recipe,
@@ -202,11 +191,15 @@ def pretrain(
             "loader.ad_intra_neg": ad_intra_neg, "loader.workers": workers, "loader.seed": seed,
             "loader.augment_on_device": augment_on_device,
         },
+        sets or (),
     )
-    if cfg.method not in ("moquad", "simclr", "simclr_classic"):
-        raise ValueError(f"unknown method {cfg.method!r}; choose moquad, simclr or simclr_classic")
+    if _printed(cfg, print_config):
+        return
+    _need_dir(cfg.data, "data folder", "run `moquad preprocess` first and pass its --out folder")
+    from moquad.train.checkpoint import remove_stale_temps
     from moquad.train.loop import pretrain as run_pretrain
 
+    remove_stale_temps(Path(cfg.out) / "checkpoints")  # left by a crash or a full disk (rank 0 only)
     ckpt = run_pretrain(cfg)
     typer.echo(f"checkpoint: {ckpt}")
 
@@ -227,18 +220,8 @@ def plot(
 # ----------------------------------------------------------------------------- stage 3: evaluate
 
 
-def _eval_cfg(data: str, checkpoint: str, recipe: str | None, **flags: Any) -> C.EvalConfig:
-    _need_dir(data, "data folder", "run `moquad preprocess` first and pass its --out folder")
-    _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain` (RUN/checkpoints/last.pt)")
-    return C.resolve(C.EvalConfig(), recipe, dict(data=data, checkpoint=checkpoint, **flags))
-
-
-_DATA = typer.Option(..., help="Shard folder of the evaluation dataset.")
-_CKPT = typer.Option(..., help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt).")
-_RECIPE = typer.Option(None, help="YAML recipe (eval/*.yaml); flags override it.")
-
-
-@app.command(epilog="Example: moquad extract --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --split test")
+@app.command(epilog="Examples: moquad extract --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --split test  |  "
+             "moquad extract --data D --checkpoint C --crops 3 --set workers=8")
 @_friendly
 def extract(
     data: str = _DATA,
@@ -248,22 +231,27 @@ def extract(
     num_clips: int | None = typer.Option(None, help="Uniformly spaced clips per video (10)."),
     frames: int | None = typer.Option(None, help="Frames per clip (16)."),
     dilation: int | None = typer.Option(None, help="Frame step inside a clip (2)."),
-    size: int | None = typer.Option(None, help="Crop size (112)."),
-    crops: int | None = typer.Option(None, help="1 (centre) or 3 crops."),
+    size: int | None = typer.Option(None, help="Crop size (224)."),
+    crops: int | None = typer.Option(None, help="1 (centre, default) or 3 crops."),
     batch_size: int | None = typer.Option(None, help="Clips per forward pass."),
     out: str | None = typer.Option(None, help="Folder for the Lance feature cache."),
     device: str | None = typer.Option(None, help="auto, cpu or cuda."),
     force: bool = typer.Option(False, "--force", help="Re-extract even when a matching cache exists."),
+    sets: list[str] | None = _SET,
+    print_config: bool = _PRINT,
 ) -> None:
     """Extract per-video backbone features (multi-clip average) into a Lance dataset."""
-    cfg = _eval_cfg(data, checkpoint, recipe, num_clips=num_clips, frames=frames, dilation=dilation, size=size,
+    cfg = _eval_cfg(data, checkpoint, recipe, sets, num_clips=num_clips, frames=frames, dilation=dilation, size=size,
                     crops=crops, batch_size=batch_size, out=out, device=device)
+    if _printed(cfg, print_config):
+        return
     from moquad.eval.features import extract as run_extract
 
     typer.echo(f"features: {run_extract(cfg, split, force=force)}")
 
 
-@app.command(epilog="Example: moquad retrieve --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --json retrieval.json")
+@app.command(epilog="Examples: moquad retrieve --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --json retrieval.json  |  "
+             "moquad retrieve --data data/shards --checkpoint CKPT --recipe eval/cpu_demo.yaml --set ks=1,5")
 @_friendly
 def retrieve(
     data: str = _DATA,
@@ -275,41 +263,58 @@ def retrieve(
     num_clips: int | None = typer.Option(None, help="Clips per video (10)."),
     frames: int | None = typer.Option(None, help="Frames per clip (16)."),
     dilation: int | None = typer.Option(None, help="Frame step inside a clip (2)."),
-    size: int | None = typer.Option(None, help="Crop size (112)."),
+    size: int | None = typer.Option(None, help="Crop size (224)."),
     out: str | None = typer.Option(None, help="Folder for features and results."),
     device: str | None = typer.Option(None, help="auto, cpu or cuda."),
+    sets: list[str] | None = _SET,
+    print_config: bool = _PRINT,
 ) -> None:
     """Nearest-neighbour retrieval: test videos query the train split; top-1/5/10/20/50."""
-    cfg = _eval_cfg(data, checkpoint, recipe, center=center, index=index, num_clips=num_clips, frames=frames,
+    cfg = _eval_cfg(data, checkpoint, recipe, sets, center=center, index=index, num_clips=num_clips, frames=frames,
                     dilation=dilation, size=size, out=out, device=device)
+    if _printed(cfg, print_config):
+        return
     from moquad.eval.retrieve import retrieve as run_retrieve
 
     run_retrieve(cfg, json_path=json)
 
 
-@app.command(epilog="Example: moquad linear --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --fast")
+@app.command(epilog="Examples: moquad linear --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --fast  |  "
+             "moquad linear --full --data /data/shards/ucf101 --checkpoint C --recipe eval/linear_ucf101.yaml  |  "
+             "moquad linear --data data/shards --checkpoint C --size 32 --frames 8 --num-clips 5")
 @_friendly
 def linear(
     data: str = _DATA,
     checkpoint: str = _CKPT,
     recipe: str | None = _RECIPE,
     fast: bool = typer.Option(True, "--fast/--full", help="Cached features (fast) or CVRL protocol on clips (full)."),
-    frames: int = typer.Option(32, help="--full: frames per clip (CVRL: 32)."),
-    dilation: int = typer.Option(2, help="--full: frame step (CVRL: 2)."),
+    frames: int | None = typer.Option(None, help="Frames per clip (16; the CVRL recipes eval/linear_*.yaml: 32)."),
+    dilation: int | None = typer.Option(None, help="Frame step inside a clip (2)."),
+    size: int | None = typer.Option(None, help="Crop size (224); use the pre-training size."),
+    num_clips: int | None = typer.Option(None, help="Clips per video (10)."),
+    crops: int | None = typer.Option(None, help="Test crops: 1 (default) or 3 (the paper's 10-clip x 3-crop test)."),
     epochs: int | None = typer.Option(None, help="Training epochs (100)."),
     lr: float | None = typer.Option(None, help="Learning rate."),
     batch_size: int | None = typer.Option(None, help="Batch size."),
     out: str | None = typer.Option(None, help="Folder for results."),
     device: str | None = typer.Option(None, help="auto, cpu or cuda."),
+    sets: list[str] | None = _SET,
+    print_config: bool = _PRINT,
 ) -> None:
-    """Linear probe on the frozen backbone (its weights and BN statistics are checked unchanged)."""
-    cfg = _eval_cfg(data, checkpoint, recipe, epochs=epochs, lr=lr, batch_size=batch_size, out=out, device=device)
+    """Linear probe on the frozen backbone (its weights and BN statistics are checked unchanged).
+
+    --full is the paper's protocol with --recipe eval/linear_<dataset>.yaml."""
+    cfg = _eval_cfg(data, checkpoint, recipe, sets, frames=frames, dilation=dilation, size=size, num_clips=num_clips,
+                    crops=crops, epochs=epochs, lr=lr, batch_size=batch_size, out=out, device=device)
+    if _printed(cfg, print_config):
+        return
     from moquad.eval.linear import linear as run_linear
 
-    run_linear(cfg, fast=fast, frames=frames, dilation=dilation)
+    run_linear(cfg, fast=fast, frames=cfg.frames, dilation=cfg.dilation)
 
 
-@app.command(epilog="Example: moquad finetune --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --recipe eval/finetune_ucf101.yaml")
+@app.command(epilog="Examples: moquad finetune --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --recipe eval/finetune_ucf101.yaml  |  "
+             "moquad finetune --data data/shards --checkpoint C --size 32 --frames 8 --num-clips 5 --set optimizer=sgd")
 @_friendly
 def finetune(
     data: str = _DATA,
@@ -320,17 +325,21 @@ def finetune(
     batch_size: int | None = typer.Option(None, help="Batch size (paper: 32)."),
     frames: int | None = typer.Option(None, help="Frames per clip (16)."),
     dilation: int | None = typer.Option(None, help="Frame step (2)."),
-    size: int | None = typer.Option(None, help="Crop size."),
+    size: int | None = typer.Option(None, help="Crop size (224); use the pre-training size."),
     num_clips: int | None = typer.Option(None, help="Test clips per video (10)."),
-    crops: int | None = typer.Option(None, help="Test crops (default 3, the paper's 10-clip x 3-crop test)."),
+    crops: int | None = typer.Option(None, help="Test crops: 1 (default) or 3 (the paper's test, set by eval/finetune_*.yaml)."),
     out: str | None = typer.Option(None, help="Folder for results."),
     device: str | None = typer.Option(None, help="auto, cpu or cuda."),
+    sets: list[str] | None = _SET,
+    print_config: bool = _PRINT,
 ) -> None:
-    """Fine-tune the whole network; 10-clip x 3-crop test, per-class table and confusion matrix."""
-    if crops is None and recipe is None:
-        crops = 3  # the paper's 10-clip x 3-crop test
-    cfg = _eval_cfg(data, checkpoint, recipe, epochs=epochs, lr=lr, batch_size=batch_size, frames=frames,
+    """Fine-tune the whole network; multi-clip test, per-class table and confusion matrix.
+
+    The paper's protocol (batch 32, 10-clip x 3-crop test): --recipe eval/finetune_<dataset>.yaml."""
+    cfg = _eval_cfg(data, checkpoint, recipe, sets, epochs=epochs, lr=lr, batch_size=batch_size, frames=frames,
                     dilation=dilation, size=size, num_clips=num_clips, crops=crops, out=out, device=device)
+    if _printed(cfg, print_config):
+        return
     from moquad.eval.finetune import finetune as run_finetune
 
     run_finetune(cfg)
@@ -344,7 +353,7 @@ def cam(
     data: str = typer.Option("", help="Shard folder (needed when VIDEO is a video_id)."),
     out: str = typer.Option("cam.png", help="PNG image strip to write."),
     frames: int | None = typer.Option(None, help="Frames shown (16)."),
-    size: int | None = typer.Option(None, help="Input size (112)."),
+    size: int | None = typer.Option(None, help="Input size (224); use the pre-training size."),
     method: str = typer.Option("auto", help="auto (fine-tuned classifier if found, else projection), classifier, projection or norm."),
     eval_dir: str | None = typer.Option(None, help="Folder of `moquad finetune` results (to find its classifier)."),
     device: str | None = typer.Option(None, help="auto, cpu or cuda."),
@@ -367,11 +376,11 @@ def cam(
 @_friendly
 def quickstart(
     out: str = typer.Option("runs/quickstart", help="Folder for data, runs and the comparison."),
-    epochs: int = typer.Option(60, help="Pre-training epochs for each method."),
+    epochs: int | None = typer.Option(None, help="Pre-training epochs for each method (60, train/cpu_demo.yaml)."),
     classes: int = typer.Option(4, help="Synthetic motion classes (1-5)."),
     per_class: int = typer.Option(100, help="Synthetic videos per class."),
     seed: int = typer.Option(0, help="Seed."),
-    backbone: str = typer.Option("tiny", help="Backbone (tiny on CPU; r3d_18 on a GPU)."),
+    backbone: str | None = typer.Option(None, help="Backbone (tiny on CPU, the recipe's; r3d_18 on a GPU)."),
 ) -> None:
     """Synth -> preprocess -> pretrain SimCLR and MoQuad -> retrieve both -> table + PNG (CPU, minutes)."""
     from moquad.quickstart import quickstart as run_quickstart

@@ -1,72 +1,121 @@
-"""Dataclass configs for every stage.
+"""Dataclass configs for every stage, and the one place their values are checked.
 
-Precedence: dataclass defaults < YAML recipe (``--recipe``) < CLI flags. The resolved
-config is saved next to every output (``config.yaml`` in a run folder, ``dataset.json``
-for shards, the JSON of an evaluation) so each number can be traced to its settings.
+Precedence: dataclass defaults < YAML recipe (``--recipe``) < flags (named options, then
+``--set KEY=VALUE``, so ``--set`` wins when both name the same key). The resolved config is
+saved next to every output (``config.yaml`` in a run folder, ``dataset.json`` for shards, the
+JSON of an evaluation) so each number can be traced to its settings.
+
+Defaults are the paper's main setting (Sec. 4.1: 16 frames at 224 px, LARS lr 3.2 at batch 256,
+RAD k=5 with lambda in [0.1, 0.5], the appearance warm-up on the first 20% of epochs, hard
+negatives beta=0.01, alpha=1.5; fine-tuning 100 epochs, LARS 0.08). Recipes state only what
+differs from them, the CPU demo included (``train/cpu_demo.yaml``, ``eval/cpu_demo.yaml``).
+
+Checking: every field is checked when a config is built (``__post_init__``, so also by
+``dataclasses.replace``), by its annotation plus the rules in its ``metadata``: ``choices``,
+``ge`` / ``gt`` / ``le`` (bounds, per element for tuples) and ``ordered`` (a tuple must not
+decrease). Allowed coercions: int -> float, list -> tuple, and a dict -> the nested config.
+Nothing else: ``lr: "0.1"`` (a quoted YAML string) or ``epochs: 3.0`` are errors. Text from the
+command line (``--set lr=0.1``) is parsed by the annotation first (:func:`parse_text`).
+A new field needs only its annotation, and metadata where it has a range or a set of choices.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+import operator
 import os
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
+from moquad.errors import MoquadError
+from moquad.recipes import load_recipe
+
 T = TypeVar("T")
+
+# names the configs accept; moquad.preprocess.datasets and moquad.models implement them (a test keeps them equal)
+DATASETS = ("k400", "ucf101", "hmdb51", "ssv2", "folder")
+BACKBONES = ("tiny", "r3d_18", "r2plus1d_18", "s3d", "r3d_50")
+OPTIMIZERS = ("lars", "sgd", "adamw")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class ConfigError(MoquadError, ValueError):
+    """A setting with a wrong type or value; ``key`` is its dotted name (``loader.size``)."""
+
+    def __init__(self, key: str, problem: str, message: str | None = None):
+        super().__init__(message or f"{key} {problem}")
+        self.key, self.problem = key, problem
+
+
+def rule(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, **rules: Any) -> Any:
+    """A dataclass field with checking rules: ``rule(200, ge=1)``, ``rule("moquad", choices=(...))``."""
+    return field(default=default, default_factory=factory, metadata=rules)
 
 
 @dataclass
 class PreprocessConfig:
     """Stage 1: raw videos -> tar shards + Parquet manifests."""
 
-    dataset: str = "folder"  # k400 | ucf101 | hmdb51 | ssv2 | folder
+    dataset: str = rule("folder", choices=DATASETS)
     root: str = ""
     out: str = ""
-    split: int = 1  # official split number for ucf101 / hmdb51
-    short_side: int = 128
-    fps: float | None = None  # None keeps the native frame rate
-    jpeg_quality: int = 90
-    shard_size: int = 1_000_000_000  # bytes per shard (approximate upper bound)
-    workers: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
-    num_parts: int = 1
-    part: int = 0
-    limit: int | None = None
-    seed: int = 0
+    split: int = rule(1, ge=1, le=3)  # official split number for ucf101 / hmdb51
+    short_side: int = rule(256, ge=8)  # 256 for the paper's 224 crops; 128 is enough for 112
+    fps: float | None = rule(None, gt=0)  # None keeps the native frame rate
+    jpeg_quality: int = rule(90, ge=1, le=100)
+    shard_size: int = rule(1_000_000_000, ge=1)  # bytes per shard (approximate upper bound)
+    workers: int = rule(factory=lambda: max(1, os.cpu_count() or 1), ge=1)
+    num_parts: int = rule(1, ge=1)
+    part: int = rule(0, ge=0)
+    limit: int | None = rule(None, ge=1)
+    seed: int = rule(0, ge=0)
+
+    def __post_init__(self) -> None:
+        check(self)
+        if self.part >= self.num_parts:
+            raise ConfigError("part", f"must be below num_parts ({self.num_parts}), got {self.part}")
 
 
 @dataclass
 class LoaderConfig:
     """How clips and views are built from shards (moquad.data)."""
 
-    mode: str = "moquad"  # moquad | appearance | pair (set by the trainer from method and epoch)
-    frames: int = 16
-    size: int = 112  # crop size fed to the network
-    dilations: tuple[int, ...] = (1, 2, 4)  # n and m are drawn from here, m != n
-    simclr_dilation: int = 2  # dilation of both clips of method simclr_classic
+    mode: str = rule("moquad", choices=("moquad", "appearance", "pair"))  # set by the trainer (method, epoch)
+    frames: int = rule(16, ge=1)
+    size: int = rule(224, ge=8)  # crop size fed to the network
+    dilations: tuple[int, ...] = rule((1, 2, 4), ge=1)  # n and m are drawn from those that fit a video, m != n
+    simclr_dilation: int = rule(2, ge=1)  # dilation of both clips of method simclr_classic
     # quadruple ablation switches (Table 4 of the paper)
     ad_pos: bool = True  # RAD on the positive; False -> plain second clip at n
     intra_neg: bool = True  # N: clip at m != n
     ad_intra_neg: bool = True  # N-bar: clip at m, then RAD
-    appearance_op: str = "rad_inter"  # rad_inter | rad_intra | be | none
-    motion_op: str = "speed"  # speed | reverse | shuffle
-    rad_k: int = 5
-    rad_lambda: tuple[float, float] = (0.1, 0.5)
-    donors_per_sample: int = 2  # RAD-inter donor frames read per sample (one frame each of as many random videos)
+    appearance_op: str = rule("rad_inter", choices=("rad_inter", "rad_intra", "be", "none"))
+    motion_op: str = rule("speed", choices=("speed", "reverse", "shuffle"))
+    rad_k: int = rule(5, ge=1)
+    rad_lambda: tuple[float, float] = rule((0.1, 0.5), ge=0, le=1, ordered=True)
+    donors_per_sample: int = rule(2, ge=1)  # RAD-inter donor frames read per sample (one frame each, random videos)
     # spatial augmentation (same for every frame of a clip, independent between clips)
-    crop_scale: tuple[float, float] = (0.3, 1.0)
+    crop_scale: tuple[float, float] = rule((0.3, 1.0), gt=0, le=1, ordered=True)
     flip: bool = True
-    color_jitter: float = 0.8  # probability of colour jitter
-    color_strength: float = 0.5
-    grayscale: float = 0.2  # probability of grayscale
+    color_jitter: float = rule(0.8, ge=0, le=1)  # probability of colour jitter
+    color_strength: float = rule(0.5, ge=0)
+    grayscale: float = rule(0.2, ge=0, le=1)  # probability of grayscale
     augment_on_device: bool = False  # workers only decode; crop/flip/colour/RAD run on the accelerator
     decode_on_device: bool = False  # workers only read; JPEG decoding (nvJPEG) and augmentation on the GPU
-    verify_checksums: bool = True  # sha256 of every sample's payload checked on read
-    max_bad_fraction: float = 0.01  # stop when more than this share of an epoch's samples is unreadable
-    workers: int = 2  # DataLoader worker processes per rank
-    seed: int = 0
+    verify_checksums: bool = True  # the xxh3 (else sha256) of every sample's payload checked on read
+    max_bad_fraction: float = rule(0.01, ge=0, le=1)  # stop when more of an epoch's samples are unreadable
+    workers: int = rule(2, ge=0)  # DataLoader worker processes per rank
+    seed: int = rule(0, ge=0)
+
+    def __post_init__(self) -> None:
+        check(self)
 
 
 @dataclass
@@ -76,28 +125,31 @@ class PretrainConfig:
     data: str = ""
     out: str = "runs/pretrain"
     split: str = "train"
-    method: str = "moquad"  # moquad | simclr
-    backbone: str = "r3d_18"  # tiny | r3d_18 | r2plus1d_18 | s3d | r3d_50
-    proj_dim: int = 128
-    proj_hidden: int = 2048
-    epochs: int = 200
-    batch_size: int = 256  # GLOBAL batch (videos), split evenly over ranks
-    lr: float = 3.2  # at batch 256; scaled linearly with the global batch
-    lr_warmup_epochs: float = 10.0
-    weight_decay: float = 1e-6
-    optimizer: str = "lars"  # lars | sgd | adamw
-    temperature: float = 0.1
-    warmup_ratio: float = 0.2  # p: share of epochs trained with the appearance task (Eq. 3)
-    hard_beta: float = 0.01  # Eq. 4: share of inter negatives treated as hard (0 disables)
-    hard_alpha: float = 1.5  # Eq. 4: weight of hard inter and intra negatives
+    method: str = rule("moquad", choices=("moquad", "simclr", "simclr_classic"))  # see moquad.train.loop
+    backbone: str = rule("r3d_18", choices=BACKBONES)
+    proj_dim: int = rule(128, ge=1)
+    proj_hidden: int = rule(2048, ge=1)
+    epochs: int = rule(200, ge=1)
+    batch_size: int = rule(256, ge=1)  # GLOBAL batch (videos), split evenly over ranks
+    lr: float = rule(3.2, gt=0)  # at batch 256; scaled linearly with the global batch
+    lr_warmup_epochs: float = rule(10.0, ge=0)
+    weight_decay: float = rule(1e-6, ge=0)
+    optimizer: str = rule("lars", choices=OPTIMIZERS)
+    temperature: float = rule(0.1, gt=0)
+    warmup_ratio: float = rule(0.2, ge=0, le=1)  # p: share of epochs trained with the appearance task (Eq. 3)
+    hard_beta: float = rule(0.01, ge=0, le=1)  # Eq. 4: share of inter negatives treated as hard (0 disables)
+    hard_alpha: float = rule(1.5, gt=0)  # Eq. 4: weight of hard inter and intra negatives
     sync_bn: bool = False
-    steps_per_epoch: int | None = None  # None: videos in the split // global batch
-    ckpt_every: int = 500  # steps
-    log_every: int = 1
+    steps_per_epoch: int | None = rule(None, ge=1)  # None: videos in the split // global batch
+    ckpt_every: int = rule(500, ge=1)  # steps
+    log_every: int = rule(1, ge=1)
     resume: bool = False
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda
+    seed: int = rule(0, ge=0)
+    device: str = rule("auto", choices=DEVICES)
     loader: LoaderConfig = field(default_factory=LoaderConfig)
+
+    def __post_init__(self) -> None:
+        check(self)
 
 
 @dataclass
@@ -107,86 +159,188 @@ class EvalConfig:
     data: str = ""
     checkpoint: str = ""
     out: str | None = None  # default: <run folder of the checkpoint>/eval
-    num_clips: int = 10
-    frames: int = 16
-    dilation: int = 2
-    size: int = 112
-    crops: int = 1  # 1 centre crop or 3 crops
-    batch_size: int = 16
-    workers: int = 2
+    num_clips: int = rule(10, ge=1)
+    frames: int = rule(16, ge=1)
+    dilation: int = rule(2, ge=1)
+    size: int = rule(224, ge=8)
+    crops: int = rule(1, choices=(1, 3))  # 1 centre crop; 3 (the paper's action-recognition test) in eval recipes
+    batch_size: int = rule(16, ge=1)
+    workers: int = rule(2, ge=0)
     center: bool = False
-    ks: tuple[int, ...] = (1, 5, 10, 20, 50)
-    index: str = "exact"  # exact | lance
+    ks: tuple[int, ...] = rule((1, 5, 10, 20, 50), ge=1)
+    index: str = rule("exact", choices=("exact", "lance"))
     # linear probe / fine-tuning
-    epochs: int = 100
-    lr: float = 0.08
-    optimizer: str = "lars"
-    seed: int = 0
-    device: str = "auto"
+    epochs: int = rule(100, ge=1)
+    lr: float = rule(0.08, gt=0)
+    optimizer: str = rule("lars", choices=OPTIMIZERS)
+    seed: int = rule(0, ge=0)
+    device: str = rule("auto", choices=DEVICES)
+
+    def __post_init__(self) -> None:
+        check(self)
 
 
-def _coerce(tp: Any, value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(value)
+# ----------------------------------------------------------------------------- checking
+
+
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """Field name -> annotation of a config class, resolved (the module uses postponed annotations)."""
+    return typing.get_type_hints(cls)
+
+
+_TYPE_NAMES = {int: ("an int", "ints"), float: ("a number", "numbers"), str: ("a string", "strings"),
+               bool: ("true or false", "booleans")}
+
+
+def _type_name(tp: Any, plural: bool = False) -> str:
+    return _TYPE_NAMES.get(tp, (str(tp), str(tp)))[plural]
+
+
+def unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    """``X | None`` -> (X, True); anything else -> (tp, False)."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0], len(args) < len(typing.get_args(tp))
+    return tp, False
+
+
+def _scalar(key: str, tp: Any, value: Any, rules: dict[str, Any]) -> Any:
+    if tp is float and type(value) is int:
+        value = float(value)
+    if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+        raise ConfigError(key, f"must be {_type_name(tp)}, got {value!r}")
+    if tp is float and not math.isfinite(value):
+        raise ConfigError(key, f"must be a finite number, got {value!r}")
+    choices = rules.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(key, f"must be one of {', '.join(map(str, choices))}, got {value!r}")
+    for name, ok, word in (("ge", operator.ge, ">="), ("gt", operator.gt, ">"), ("le", operator.le, "<=")):
+        if name in rules and not ok(value, rules[name]):
+            raise ConfigError(key, f"must be {word} {rules[name]}, got {value!r}")
     return value
 
 
-def update(cfg: T, values: dict[str, Any]) -> T:
-    """Return a copy of ``cfg`` with ``values`` applied; nested dataclasses accept dicts.
+def check_value(key: str, tp: Any, value: Any, rules: dict[str, Any] | None = None) -> Any:
+    """``value`` as annotation ``tp`` wants it (int -> float, list -> tuple), else :class:`ConfigError`."""
+    rules = rules or {}
+    tp, optional = unwrap_optional(tp)
+    if value is None and optional:
+        return None
+    if typing.get_origin(tp) is not tuple:
+        return _scalar(key, tp, value, rules)
+    args = typing.get_args(tp)
+    variadic = len(args) == 2 and args[1] is Ellipsis
+    what = f"a list of {'' if variadic else f'{len(args)} '}{_type_name(args[0], plural=True)}"
+    if not isinstance(value, (list, tuple)) or (variadic and not value) or (not variadic and len(value) != len(args)):
+        raise ConfigError(key, f"must be {what}, got {value!r}")
+    elems = args[:1] * len(value) if variadic else args
+    out = tuple(_scalar(key, t, v, rules) for t, v in zip(elems, value))
+    if rules.get("ordered") and list(out) != sorted(out):
+        raise ConfigError(key, f"must not decrease (low, high), got {list(out)}")
+    return out
+
+
+def check(cfg: Any) -> None:
+    """Check (and coerce in place) every field of a config; nested configs were checked when built."""
+    hints = type_hints(type(cfg))
+    for f in fields(cfg):
+        tp, value = hints[f.name], getattr(cfg, f.name)
+        if is_dataclass(tp):
+            if isinstance(value, dict):
+                value = update(tp(), value, prefix=f"{f.name}.")
+            elif not isinstance(value, tp):
+                raise ConfigError(f.name, f"must be a mapping of {tp.__name__} settings, got {value!r}")
+            setattr(cfg, f.name, value)
+        else:
+            setattr(cfg, f.name, check_value(f.name, tp, value, dict(f.metadata)))
+
+
+def parse_text(key: str, tp: Any, text: str) -> Any:
+    """A command-line string as annotation ``tp`` reads it: ``1,4`` (or ``[1, 4]``) for tuples,
+    ``true``/``false`` for bools, ``none`` for optional settings."""
+    tp, optional = unwrap_optional(tp)
+    text = text.strip()
+    if optional and text.lower() in ("none", "null", ""):
+        return None
+    if typing.get_origin(tp) is tuple:
+        elem = typing.get_args(tp)[0]
+        return tuple(parse_text(key, elem, part) for part in text.strip("[]()").split(",") if part.strip())
+    if tp is bool:
+        words = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+        if text.lower() not in words:
+            raise ConfigError(key, f"must be true or false, got {text!r}")
+        return words[text.lower()]
+    if tp in (int, float):
+        try:
+            return tp(text)
+        except ValueError:
+            raise ConfigError(key, f"must be {_type_name(tp)}, got {text!r}") from None
+    return text
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def _valid_keys(cfg: Any, prefix: str = "") -> list[str]:
+    return sorted(f"{prefix}{f.name}" + (".*" if is_dataclass(getattr(cfg, f.name)) else "") for f in fields(cfg))
+
+
+def _unknown(key: str, valid: list[str]) -> ConfigError:
+    return ConfigError(key, "is unknown", f"unknown setting {key!r}; valid: {', '.join(valid)}")
+
+
+def update(cfg: T, values: dict[str, Any], prefix: str = "") -> T:
+    """Return a checked copy of ``cfg`` with ``values`` applied; nested configs accept dicts.
 
     Unknown keys are an error (a typo in a recipe must not be silently ignored).
     """
-    names = {f.name: f for f in fields(cfg)}  # type: ignore[arg-type]
+    names = {f.name for f in fields(cfg)}  # type: ignore[arg-type]
     changes: dict[str, Any] = {}
     for key, value in values.items():
         if key not in names:
-            raise ValueError(
-                f"unknown setting {key!r} for {type(cfg).__name__}; valid: {', '.join(sorted(names))}"
-            )
+            raise _unknown(f"{prefix}{key}", _valid_keys(cfg, prefix))
         current = getattr(cfg, key)
         if is_dataclass(current) and isinstance(value, dict):
-            changes[key] = update(current, value)
+            changes[key] = update(current, value, prefix=f"{prefix}{key}.")
         else:
-            changes[key] = _coerce(names[key].type, value)
-    return dataclasses.replace(cfg, **changes)  # type: ignore[type-var]
+            changes[key] = value
+    try:
+        return dataclasses.replace(cfg, **changes)  # type: ignore[type-var]
+    except ConfigError as e:
+        if prefix and not e.key.startswith(prefix):
+            raise ConfigError(prefix + e.key, e.problem) from None
+        raise
 
 
-def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+def parse_sets(cfg: Any, assignments: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``["epochs=5", "loader.dilations=1,4"]`` -> nested dict of values parsed by each field's annotation."""
+    out: dict[str, Any] = {}
+    for item in assignments:
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"--set {item!r}", "must look like KEY=VALUE, e.g. --set loader.dilations=1,4")
+        target, node, parts = cfg, out, key.strip().split(".")
+        for i, part in enumerate(parts):
+            prefix = ".".join(parts[:i]) + "." if i else ""
+            if not is_dataclass(target):
+                raise ConfigError(key, "is unknown", f"unknown setting {key!r}: {prefix[:-1]} has no sub-settings")
+            if part not in {f.name for f in fields(target)}:
+                raise _unknown(key, _valid_keys(target, prefix))
+            if i < len(parts) - 1:
+                target, node = getattr(target, part), node.setdefault(part, {})
+            else:
+                node[part] = parse_text(key, type_hints(type(target))[part], text)
+    return out
 
 
-def load_recipe(path: str | Path) -> dict[str, Any]:
-    """Read a YAML recipe into a plain dict.
-
-    ``base: other.yaml`` (relative to the recipe) is loaded first and overridden, so each
-    paper row is a few lines on top of a shared base. ``description`` and ``paper`` are
-    documentation only (the paper's reported numbers for that row).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"recipe {path} not found; pass a YAML file such as train/ucf101_r3d18_moquad.yaml")
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"recipe {path} must be a YAML mapping of settings")
-    data.pop("description", None)
-    data.pop("paper", None)
-    base = data.pop("base", None)
-    if base:
-        data = _deep_merge(load_recipe(path.parent / base), data)
-    return data
-
-
-def resolve(cfg: T, recipe: str | Path | None, overrides: dict[str, Any]) -> T:
-    """defaults < recipe < CLI flags; ``None`` in ``overrides`` means 'flag not given'."""
+def resolve(cfg: T, recipe: str | Path | None, overrides: dict[str, Any], sets: list[str] | tuple[str, ...] = ()) -> T:
+    """defaults < recipe < named flags < ``--set`` assignments; ``None`` in ``overrides`` means 'flag not given'."""
     if recipe:
-        cfg = update(cfg, load_recipe(recipe))
+        try:
+            cfg = update(cfg, load_recipe(recipe))
+        except ConfigError as e:
+            raise ConfigError(e.key, e.problem, f"{e} (in recipe {recipe})") from None
     given: dict[str, Any] = {}
     for key, value in overrides.items():
         if value is None:
@@ -196,7 +350,8 @@ def resolve(cfg: T, recipe: str | Path | None, overrides: dict[str, Any]) -> T:
             given.setdefault(outer, {})[inner] = value
         else:
             given[key] = value
-    return update(cfg, given)
+    cfg = update(cfg, given)
+    return update(cfg, parse_sets(cfg, sets)) if sets else cfg
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -212,9 +367,13 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return clean(asdict(cfg))
 
 
+def dump(cfg: Any) -> str:
+    """The config as YAML text (what ``--print-config`` shows and ``config.yaml`` holds)."""
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
 def save(cfg: Any, path: str | Path) -> None:
     """Write the resolved config as YAML."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        yaml.safe_dump(to_dict(cfg), f, sort_keys=False)
+    path.write_text(dump(cfg))

@@ -2,9 +2,11 @@
 
 Expected failures -- bad input, bad config, a refused or broken checkpoint, a full or read-only
 disk -- reach the user as ONE ``error:`` line that says what to do, and exit code 2
-(``moquad.cli`` prints them). They are raised as :class:`MoquadError`, ``ValueError`` or
-``FileNotFoundError`` (the library's historic user errors), or an ``OSError`` from the filesystem
-turned into a message by :func:`disk_error`. Anything else is a bug and keeps its traceback.
+(``moquad.cli`` prints them; ``moquad --debug`` or ``MOQUAD_DEBUG=1`` adds the traceback). They
+are raised as :class:`MoquadError`, ``ValueError``, ``FileNotFoundError``, ``NotADirectoryError``
+or ``FileExistsError`` (the library's historic user errors), or are an ``OSError`` from the
+filesystem whose errno is in :data:`DISK_ERRNOS` (worded by :func:`disk_error`).
+:func:`user_message` decides. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -46,3 +48,21 @@ def disk_error(e: OSError, path: str | Path, resume_hint: str = "re-run the same
     if e.errno in (errno.EACCES, errno.EPERM):
         return MoquadError(f"permission denied writing {path}; choose a folder you can write to")
     return MoquadError(f"cannot write {path}: {e.strerror or e}")
+
+
+# the historic user-error types of the library: their message is already the one line to show
+USER_ERRORS = (MoquadError, ValueError, FileNotFoundError, NotADirectoryError, FileExistsError)
+
+
+def user_message(e: BaseException) -> str | None:
+    """The one line to show for an expected failure, or None for a bug (which keeps its traceback)."""
+    if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
+        if e.errno in (errno.EACCES, errno.EPERM):  # reading or writing: say which file, not which way
+            return f"permission denied: {e.filename or e}; check its permissions or choose another folder"
+        if e.filename:
+            return str(disk_error(e, e.filename))
+        return f"{e.strerror or e}; free space or choose another folder, then re-run the same command"
+    if isinstance(e, USER_ERRORS):
+        text = str(e).strip()
+        return text.splitlines()[0] if text else type(e).__name__
+    return None

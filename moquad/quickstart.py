@@ -3,12 +3,15 @@
 synth (classes differ only by motion) -> preprocess -> verify -> pretrain SimCLR and
 MoQuad with the same budget -> retrieval for both and for the untrained network ->
 a table on the terminal, ``comparison.json`` and ``comparison.png``. The settings are
-sized for a 2-core CPU (tiny backbone, 48 px videos, 32 px clips); the same commands scale to real
-data by changing the dataset, backbone and recipe.
+sized for a 2-core CPU (tiny backbone, 48 px videos, 32 px clips) and are two recipes,
+``train/cpu_demo.yaml`` and ``eval/cpu_demo.yaml`` (why they differ from the paper's: see the
+first), so ``moquad pretrain`` / ``moquad retrieve`` with them reproduce each stage; the same
+commands scale to real data by changing the dataset, backbone and recipe.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -17,52 +20,40 @@ from rich.console import Console
 from rich.table import Table
 
 from moquad import config as C
+from moquad.errors import MoquadError
+from moquad.recipes import REPO_ROOT, find_recipe
 
-KS = (1, 5, 10, 20)
+KS = (1, 5, 10, 20)  # the ks of eval/cpu_demo.yaml (tests/test_quickstart.py keeps them equal)
+TRAIN_RECIPE, EVAL_RECIPE = "train/cpu_demo.yaml", "eval/cpu_demo.yaml"
 
-
-# Synthetic data and input size of the demo: 48 px videos with three moving objects, 32 px clips.
+# Synthetic data of the demo: 48 px videos with three moving objects (the recipes crop 32 px clips).
 SYNTH = dict(size=48, frames=48, objects=3)
-CLIP_SIZE = 32
 
 
-def demo_pretrain_config(data: Path, out: Path, method: str, epochs: int, seed: int,
-                         backbone: str = "tiny") -> C.PretrainConfig:
-    """The CPU-sized pre-training settings shared by both methods (only ``method`` differs).
+def demo_recipe(name: str) -> Path:
+    """A recipe of the checkout moquad runs from (recipes live at its top level, beside the package)."""
+    path = find_recipe(name)
+    if not path.is_file():
+        raise MoquadError(f"recipe {name} not found in {REPO_ROOT} nor here; the demo needs a moquad checkout "
+                          "(git clone, then pip install -e .)")
+    return path
 
-    Two defaults differ from the paper's recipe, both found with the Fig. 4 diagnostic (rank of the
-    Intra-Negs among the anchor's candidates; README "Evidence"):
 
-    - no appearance warm-up (``warmup_ratio=0``): the warm-up task pulls clips of the same video
-      at DIFFERENT speeds together, i.e. it teaches speed invariance; after 20% of a short run the
-      tiny network never separated the Intra-Negs again (rank 3.1 vs AD-Pos 2.0 of 63 after 600
-      steps), without it they are separated within 200 steps (rank 7.6 vs 1.5);
-    - dilations 1 and 4 only: RAD scales every temporal gradient by ``1 - lambda`` in [0.5, 0.9], so
-      an AD-Pos at speed n moves as "fast" as an Intra-Neg at n / 2; 4x apart, speed stays
-      distinguishable by a network too small to measure true displacement.
-    """
-    return C.update(
-        C.PretrainConfig(),
-        dict(
-            data=str(data), out=str(out), method=method, backbone=backbone, epochs=epochs, batch_size=16,
-            lr=16.0, optimizer="lars", lr_warmup_epochs=max(1, epochs // 20), temperature=0.1,
-            warmup_ratio=0.0, hard_beta=0.01, hard_alpha=1.5, proj_hidden=256, proj_dim=64,
-            ckpt_every=10_000, seed=seed, device="auto",
-            # colour jitter and grayscale off, milder crops: with them on, the tiny network's loss
-            # does not fall within this budget for either method (measured)
-            loader=dict(frames=8, size=CLIP_SIZE, dilations=(1, 4), simclr_dilation=2, workers=1,
-                        color_jitter=0.0, grayscale=0.0, crop_scale=(0.6, 1.0),
-                        seed=seed),
-        ),
-    )
+def demo_pretrain_config(data: Path, out: Path, method: str, epochs: int | None = None, seed: int = 0,
+                         backbone: str | None = None) -> C.PretrainConfig:
+    """What ``moquad pretrain --data DATA --recipe train/cpu_demo.yaml --method M --out OUT`` resolves to,
+    plus ``--seed S`` and, when given, ``--backbone B`` and ``--epochs N --lr-warmup-epochs max(1, N // 20)``."""
+    flags: dict = dict(data=str(data), out=str(out), method=method, seed=seed, backbone=backbone)
+    flags["loader.seed"] = seed  # as --seed does
+    if epochs is not None:
+        flags.update(epochs=epochs, lr_warmup_epochs=max(1, epochs // 20))
+    return C.resolve(C.PretrainConfig(), demo_recipe(TRAIN_RECIPE), flags)
 
 
 def demo_eval_config(data: Path, checkpoint: Path, out: Path) -> C.EvalConfig:
-    return C.update(
-        C.EvalConfig(),
-        dict(data=str(data), checkpoint=str(checkpoint), out=str(out), num_clips=5, frames=8, dilation=2,
-             size=CLIP_SIZE, batch_size=32, ks=KS, device="auto", workers=0),
-    )
+    """What ``moquad retrieve --data DATA --checkpoint CKPT --recipe eval/cpu_demo.yaml --out OUT`` resolves to."""
+    return C.resolve(C.EvalConfig(), demo_recipe(EVAL_RECIPE), dict(data=str(data), checkpoint=str(checkpoint),
+                                                                    out=str(out)))
 
 
 def _plot(results: dict[str, dict], path: Path) -> None:
@@ -91,14 +82,12 @@ def _plot(results: dict[str, dict], path: Path) -> None:
     plt.close(fig)
 
 
-def quickstart(out: str | Path, epochs: int = 60, classes: int = 4, per_class: int = 100, seed: int = 0,
-               backbone: str = "tiny") -> dict:
-    """Run every stage; return ``{method: retrieval result}``."""
+def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per_class: int = 100, seed: int = 0,
+               backbone: str | None = None) -> dict:
+    """Run every stage; return ``{method: retrieval result}``. ``epochs`` / ``backbone``: None = the recipe's."""
     from moquad.preprocess.manifest import verify
     from moquad.preprocess.run import preprocess
     from moquad.synth import make_synth
-    from moquad.train.loop import pretrain
-    from moquad.train.plot import plot_run
 
     console = Console()
     out = Path(out)
@@ -106,6 +95,8 @@ def quickstart(out: str | Path, epochs: int = 60, classes: int = 4, per_class: i
     raw, shards = out / "data" / "synth", out / "data" / "shards"
 
     console.rule("[bold]1/4 synth: videos whose classes differ only by motion")
+    base = demo_pretrain_config(shards, out, "moquad", epochs, seed, backbone)
+    epochs, backbone = base.epochs, base.backbone
     settings = dict(classes=classes, per_class=per_class, seed=seed, backbone=backbone, epochs=epochs, **SYNTH)
     stamp = out / "quickstart.json"  # a rerun reuses data and finished runs only if made with these settings
     if stamp.is_file() and json.loads(stamp.read_text()) != settings:
@@ -126,18 +117,11 @@ def quickstart(out: str | Path, epochs: int = 60, classes: int = 4, per_class: i
     console.print(f"verify: {shards} OK")
 
     console.rule("[bold]3/4 pretrain: SimCLR and MoQuad, same budget")
-    checkpoints = {}
-    for method in ("simclr", "moquad"):
-        cfg = demo_pretrain_config(shards, out / method, method, epochs, seed, backbone)
-        last = Path(cfg.out) / "checkpoints" / "last.pt"
-        checkpoints[method] = last if last.is_file() and _finished(last, epochs) else pretrain(cfg)
-        console.print(f"{method}: curves (loss, lr, Fig. 4 ranks) in {plot_run(cfg.out)}")
-    random_ckpt = out / "random" / "checkpoints" / "last.pt"
-    if not random_ckpt.is_file():
-        _save_untrained(demo_pretrain_config(shards, out / "random", "simclr", 0, seed, backbone), random_ckpt)
-    checkpoints = {"random init": random_ckpt, **checkpoints}
+    checkpoints = _pretrain_all(console, shards, out, epochs, seed, backbone)
 
     console.rule("[bold]4/4 retrieve: test split queries the train split")
+    console.print(f"each is: moquad retrieve --data {shards} --checkpoint RUN/checkpoints/last.pt --recipe {EVAL_RECIPE} "
+                  f"--out {out}/eval/NAME")
     from moquad.eval.retrieve import (
         retrieve,  # imports lance: after every forking stage (it is not fork-safe)
     )
@@ -145,8 +129,39 @@ def quickstart(out: str | Path, epochs: int = 60, classes: int = 4, per_class: i
     results = {}
     for name, ckpt in checkpoints.items():
         results[name] = retrieve(demo_eval_config(shards, ckpt, out / "eval" / name.replace(" ", "_")))
+    _report(console, results, out, f"{classes} classes, {epochs} epochs, {backbone} backbone", 1.0 / classes)
+    console.print(f"done in {time.time() - t0:.0f} s. Read the Fig. 4 curves (moquad/curves.png): MoQuad learns motion "
+                  "once its Intra-Negs (the same video at another speed) rank far below its AD-Pos; see README, "
+                  "'Synthetic evidence'.")
+    return results
 
-    table = Table(title=f"Retrieval on synthetic motion data ({classes} classes, {epochs} epochs, {backbone} backbone)")
+
+def _pretrain_all(console: Console, shards: Path, out: Path, epochs: int, seed: int, backbone: str) -> dict[str, Path]:
+    """SimCLR and MoQuad runs (reused when finished, resumed when cut short) and the untrained floor."""
+    from moquad.train.loop import pretrain
+    from moquad.train.plot import plot_run
+
+    console.print(f"each run is: moquad pretrain --data {shards} --recipe {TRAIN_RECIPE} --method METHOD --out "
+                  f"{out}/METHOD --seed {seed} --backbone {backbone} --epochs {epochs} --lr-warmup-epochs "
+                  f"{max(1, epochs // 20)}")
+    checkpoints = {}
+    for method in ("simclr", "moquad"):
+        cfg = demo_pretrain_config(shards, out / method, method, epochs, seed, backbone)
+        last = Path(cfg.out) / "checkpoints" / "last.pt"
+        if last.is_file() and _finished(last, cfg.epochs):
+            checkpoints[method] = last
+        else:  # a run cut short (Ctrl-C, a full disk) continues where it stopped
+            checkpoints[method] = pretrain(dataclasses.replace(cfg, resume=last.is_file()))
+        console.print(f"{method}: curves (loss, lr, Fig. 4 ranks) in {plot_run(cfg.out)}")
+    random_ckpt = out / "random" / "checkpoints" / "last.pt"
+    if not random_ckpt.is_file():
+        _save_untrained(demo_pretrain_config(shards, out / "random", "simclr", epochs, seed, backbone), random_ckpt)
+    return {"random init": random_ckpt, **checkpoints}
+
+
+def _report(console: Console, results: dict[str, dict], out: Path, what: str, chance: float) -> None:
+    """The terminal table, comparison.json and comparison.png."""
+    table = Table(title=f"Retrieval on synthetic motion data ({what})")
     table.add_column("method")
     for k in KS:
         table.add_column(f"top-{k}", justify="right")
@@ -156,12 +171,9 @@ def quickstart(out: str | Path, epochs: int = 60, classes: int = 4, per_class: i
     summary = {name: {f"top{k}": r[f"top{k}"] for k in KS} for name, r in results.items()}
     (out / "comparison.json").write_text(json.dumps(summary, indent=2))
     for r in results.values():
-        r.setdefault("chance_top1", 1.0 / classes)
+        r.setdefault("chance_top1", chance)
     _plot(results, out / "comparison.png")
-    console.print(f"wrote {out / 'comparison.json'} and {out / 'comparison.png'} in {time.time() - t0:.0f} s")
-    console.print("Read the Fig. 4 curves (moquad/curves.png): MoQuad learns motion once its Intra-Negs (the same "
-                  "video at another speed) rank far below its AD-Pos; see README, 'Synthetic evidence'.")
-    return results
+    console.print(f"wrote {out / 'comparison.json'} and {out / 'comparison.png'}")
 
 
 def _save_untrained(cfg: C.PretrainConfig, path: Path) -> None:
@@ -180,6 +192,7 @@ def _save_untrained(cfg: C.PretrainConfig, path: Path) -> None:
 
 
 def _finished(ckpt: Path, epochs: int) -> bool:
+    """A run's checkpoint says it trained all ``epochs`` (its ``epoch`` is the epoch the NEXT step belongs to)."""
     from moquad.train import checkpoint
 
-    return int(checkpoint.load(ckpt).get("epoch", -1)) + 1 >= epochs
+    return int(checkpoint.load(ckpt).get("epoch", -1)) >= epochs

@@ -1,13 +1,18 @@
-"""Every command has --help with an example; bad arguments give one line and exit code 2."""
+"""Every command has --help with an example; bad arguments give one line and exit code 2; every setting is
+reachable from the command line (named flags and --set), in the documented order of precedence."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
+import typing
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
+from moquad import config as C
 from moquad.cli import app
 
 runner = CliRunner()
@@ -25,11 +30,15 @@ def test_help_has_example(command):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["preprocess", "kinetics", "{tmp}", "--out", "{tmp}/o"], "unknown dataset 'kinetics'"),
+        (["preprocess", "kinetics", "{tmp}", "--out", "{tmp}/o"], "dataset must be one of k400, ucf101, hmdb51, ssv2, "
+                                                                  "folder, got 'kinetics'"),
         (["preprocess", "ucf101", "{tmp}/missing", "--out", "{tmp}/o"], "dataset root"),
         (["verify", "{tmp}/missing"], "data folder"),
         (["pretrain", "--data", "{tmp}/missing"], "run `moquad preprocess` first"),
-        (["pretrain", "--data", "{tmp}", "--method", "byol"], "unknown method 'byol'"),
+        (["pretrain", "--data", "{tmp}", "--method", "byol"], "method must be one of moquad, simclr, got 'byol'"),
+        (["pretrain", "--data", "{tmp}", "--set", "epochs"], "--set 'epochs' must look like KEY=VALUE"),
+        (["pretrain", "--data", "{tmp}", "--set", "epochs.x=1"], "unknown setting 'epochs.x': epochs has no sub-settings"),
+        (["linear", "--data", "{tmp}", "--checkpoint", "{tmp}/none.pt"], "checkpoint {tmp}/none.pt not found"),
         (["pretrain", "--data", "{tmp}", "--recipe", "{tmp}/nope.yaml"], "recipe"),
         (["retrieve", "--data", "{tmp}", "--checkpoint", "{tmp}/none.pt"], "checkpoint"),
         (["synth", "{tmp}/s", "--classes", "50"], "--classes"),
@@ -40,5 +49,79 @@ def test_bad_arguments_one_line(tmp_path, args, message):
     result = subprocess.run([sys.executable, "-m", "moquad.cli", *args], capture_output=True, text=True)
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message.replace("{tmp}", str(tmp_path)) in lines[0], \
+        result.stderr
     assert "Traceback" not in result.stderr
+
+
+CONFIG_COMMANDS = ["preprocess", "pretrain", "extract", "retrieve", "linear", "finetune"]
+
+
+@pytest.mark.parametrize("command", CONFIG_COMMANDS)
+def test_set_and_print_config_documented(command):
+    out = runner.invoke(app, [command, "--help"], terminal_width=200).output
+    assert "--set" in out and "KEY=VALUE" in out and "--print-config" in out
+
+
+def cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "moquad.cli", *map(str, args)], capture_output=True, text=True)
+
+
+def printed_config(*args) -> dict:
+    result = cli(*args, "--print-config")
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)
+
+
+def test_every_pretrain_setting_reachable_and_precedence(tmp_path):
+    """defaults < recipe < named flags < --set; each of the config's fields can be set with --set."""
+    (tmp_path / "r.yaml").write_text("epochs: 7\nlr: 1.5\nloader: {frames: 8, size: 64}\n")
+    got = printed_config("pretrain", "--data", tmp_path, "--recipe", tmp_path / "r.yaml", "--epochs", 9, "--size", 48,
+                         "--set", "lr=0.5", "--set", "loader.size=40", "--set", "loader.dilations=1,4",
+                         "--set", "loader.crop_scale=0.6,1.0", "--set", "loader.donor_pool=32",
+                         "--set", "loader.color_strength=0.25", "--set", "steps_per_epoch=none")
+    assert got["epochs"] == 9  # flag beats recipe
+    assert got["lr"] == 0.5 and got["loader"]["size"] == 40  # --set beats recipe and flag
+    assert got["loader"]["frames"] == 8  # recipe beats default
+    assert got["loader"]["dilations"] == [1, 4] and got["loader"]["crop_scale"] == [0.6, 1.0]
+    assert (got["loader"]["donor_pool"], got["loader"]["color_strength"], got["steps_per_epoch"]) == (32, 0.25, None)
+    assert got["batch_size"] == C.PretrainConfig().batch_size  # untouched default
+
+
+def different(tp, value, rules):
+    """A valid value other than ``value`` for a field of annotation ``tp``, and its command-line text."""
+    tp, _ = C.unwrap_optional(tp)
+    if rules.get("choices"):
+        new = next(c for c in rules["choices"] if c != value)
+    elif typing.get_origin(tp) is tuple:
+        new = value[:-1] if len(value) > 2 else tuple(v / 2 for v in value)
+    elif tp is bool:
+        new = not value
+    elif tp is int:
+        new = 5 if value is None else value + 1
+    elif tp is float:
+        new = 12.5 if value is None else value / 2
+    else:
+        new = f"x{value or ''}"
+    text = ",".join(map(str, new)) if isinstance(new, tuple) else str(new)
+    return (list(new) if isinstance(new, tuple) else new), text
+
+
+@pytest.mark.parametrize("kind, command", [(C.PretrainConfig, "pretrain"), (C.EvalConfig, "finetune"),
+                                           (C.PreprocessConfig, "preprocess")])
+def test_every_field_settable_with_set(tmp_path, kind, command):
+    """One --set per field of the config (nested ones dotted), each to a value other than its default."""
+    want, sets = {}, []
+    for cfg, prefix in [(kind(), "")] + ([(C.LoaderConfig(), "loader.")] if kind is C.PretrainConfig else []):
+        hints = C.type_hints(type(cfg))
+        for f in dataclasses.fields(cfg):
+            if dataclasses.is_dataclass(hints[f.name]):
+                continue
+            new, text = different(hints[f.name], getattr(cfg, f.name), f.metadata)
+            want[prefix + f.name], sets = new, [*sets, "--set", f"{prefix}{f.name}={text}"]
+    (tmp_path / "c.pt").write_bytes(b"")
+    where = {"pretrain": ["--data", tmp_path], "finetune": ["--data", tmp_path, "--checkpoint", tmp_path / "c.pt"],
+             "preprocess": ["folder", tmp_path, "--out", tmp_path / "o"]}[command]
+    got = printed_config(command, *where, *sets)
+    got.update({f"loader.{k}": v for k, v in got.pop("loader", {}).items()})
+    assert got == want

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 import yaml
 
 from moquad import config as C
+from moquad.errors import MoquadError
+from moquad.recipes import REPO_ROOT, find_recipe, load_recipe
 
 
 def test_resolve_precedence(tmp_path):
@@ -21,7 +26,7 @@ def test_resolve_precedence(tmp_path):
 def test_unknown_key_is_an_error(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("epoch: 10\n")
-    with pytest.raises(ValueError, match="unknown setting 'epoch'"):
+    with pytest.raises(ValueError, match="unknown setting 'epoch'; valid: backbone, batch_size, ckpt_every,"):
         C.resolve(C.PretrainConfig(), recipe, {})
 
 
@@ -35,3 +40,150 @@ def test_save_roundtrip(tmp_path):
     C.save(cfg, tmp_path / "c.yaml")
     back = C.update(C.PretrainConfig(), yaml.safe_load((tmp_path / "c.yaml").read_text()))
     assert back == cfg and back.loader.dilations == (1, 3)
+
+
+# ----------------------------------------------------------------------------- one checker for every field
+
+
+@pytest.mark.parametrize("kind", [C.PreprocessConfig, C.LoaderConfig, C.PretrainConfig, C.EvalConfig])
+def test_defaults_pass_the_checker(kind):
+    cfg = kind()
+    C.check(cfg)
+    assert C.update(cfg, {}) == cfg
+
+
+def test_allowed_coercions_only():
+    cfg = C.update(C.PretrainConfig(), {"lr": 3, "loader": {"dilations": [1, 3], "rad_lambda": [0, 1]}})
+    assert cfg.lr == 3.0 and type(cfg.lr) is float  # int -> float
+    assert cfg.loader.dilations == (1, 3) and cfg.loader.rad_lambda == (0.0, 1.0)  # list -> tuple, ints -> floats
+    assert C.PretrainConfig(loader={"size": 32}).loader == C.LoaderConfig(size=32)  # dict -> nested config
+    for key, value, message in [
+        ("lr", "0.1", "lr must be a number, got '0.1'"),  # a quoted YAML string is not a number
+        ("epochs", 3.0, "epochs must be an int, got 3.0"),  # no float -> int
+        ("epochs", True, "epochs must be an int, got True"),  # bool is not an int
+        ("sync_bn", 1, "sync_bn must be true or false, got 1"),
+        ("method", "byol", "method must be one of moquad, simclr, got 'byol'"),
+        ("backbone", "resnet", "backbone must be one of tiny, r3d_18, r2plus1d_18, s3d, r3d_50"),
+        ("batch_size", 0, "batch_size must be >= 1, got 0"),
+        ("lr", 0, "lr must be > 0, got 0.0"),
+        ("warmup_ratio", -0.1, "warmup_ratio must be >= 0, got -0.1"),
+        ("temperature", float("inf"), "temperature must be a finite number, got inf"),
+        ("steps_per_epoch", "none", "steps_per_epoch must be an int, got 'none'"),
+        ("loader", [1], "loader must be a mapping of LoaderConfig settings, got [1]"),
+    ]:
+        with pytest.raises(C.ConfigError, match=re.escape(message)):
+            C.update(C.PretrainConfig(), {key: value})
+    assert C.update(C.PretrainConfig(), {"steps_per_epoch": None}).steps_per_epoch is None
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"dilations": []}, "loader.dilations must be a list of ints, got []"),
+    ({"dilations": 2}, "loader.dilations must be a list of ints, got 2"),
+    ({"dilations": [1, 0]}, "loader.dilations must be >= 1, got 0"),
+    ({"crop_scale": [0.5]}, "loader.crop_scale must be a list of 2 numbers, got [0.5]"),
+    ({"crop_scale": [0.0, 1.0]}, "loader.crop_scale must be > 0, got 0.0"),
+    ({"crop_scale": [0.8, 0.5]}, "loader.crop_scale must not decrease (low, high), got [0.8, 0.5]"),
+    ({"rad_lambda": [0.1, 1.5]}, "loader.rad_lambda must be <= 1, got 1.5"),
+    ({"appearance_op": "blur"}, "loader.appearance_op must be one of rad_inter, rad_intra, be, none, got 'blur'"),
+    ({"color_jitter": 2}, "loader.color_jitter must be <= 1, got 2.0"),
+    ({"workers": -1}, "loader.workers must be >= 0, got -1"),
+])
+def test_nested_settings_checked_with_their_dotted_name(values, message):
+    with pytest.raises(C.ConfigError, match=re.escape(message)):
+        C.update(C.PretrainConfig(), {"loader": values})
+
+
+def test_checked_however_the_config_is_built():
+    with pytest.raises(C.ConfigError, match="crops must be one of 1, 3, got 2"):
+        C.EvalConfig(crops=2)
+    with pytest.raises(C.ConfigError, match="mode must be one of"):
+        dataclasses.replace(C.LoaderConfig(), mode="byol")
+    with pytest.raises(C.ConfigError, match=re.escape("part must be below num_parts (2), got 2")):
+        C.PreprocessConfig(num_parts=2, part=2)
+
+
+def test_a_new_field_needs_only_its_annotation():
+    """The checker is generic: a config class with new fields is checked from annotations and metadata alone."""
+
+    @dataclasses.dataclass
+    class NewLoader:
+        verify_checksums: bool = True
+        max_bad_fraction: float = C.rule(0.01, ge=0, le=1)
+        names: tuple[str, ...] = ("a",)
+
+        def __post_init__(self):
+            C.check(self)
+
+    assert C.update(NewLoader(), {"max_bad_fraction": 0, "names": ["b", "c"]}) == NewLoader(True, 0.0, ("b", "c"))
+    with pytest.raises(C.ConfigError, match="verify_checksums must be true or false, got 'yes'"):
+        NewLoader(verify_checksums="yes")
+    with pytest.raises(C.ConfigError, match="max_bad_fraction must be <= 1, got 2.0"):
+        NewLoader(max_bad_fraction=2)
+    assert C.parse_sets(NewLoader(), ["verify_checksums=no", "names=x,y"]) == {"verify_checksums": False,
+                                                                             "names": ("x", "y")}
+
+
+def test_parse_text_by_annotation():
+    cfg = C.PretrainConfig()
+    assert C.parse_sets(cfg, ["loader.dilations=1,4", "loader.crop_scale=[0.6, 1.0]", "lr=0.1", "epochs=3",
+                              "sync_bn=true", "steps_per_epoch=none", "split=val", "loader.flip=off"]) == {
+        "loader": {"dilations": (1, 4), "crop_scale": (0.6, 1.0), "flip": False}, "lr": 0.1, "epochs": 3,
+        "sync_bn": True, "steps_per_epoch": None, "split": "val"}
+    for item, message in [("epochs=1.5", "epochs must be an int, got '1.5'"),
+                          ("sync_bn=maybe", "sync_bn must be true or false, got 'maybe'"),
+                          ("nope=1", "unknown setting 'nope'; valid: backbone, batch_size,"),
+                          ("loader.nope=1", "unknown setting 'loader.nope'; valid: loader.ad_intra_neg,"),
+                          ("=3", "must look like KEY=VALUE")]:
+        with pytest.raises(C.ConfigError, match=re.escape(message)):
+            C.parse_sets(cfg, [item])
+
+
+def test_set_wins_over_a_named_flag():
+    cfg = C.resolve(C.PretrainConfig(), None, {"epochs": 5, "loader.size": 64}, ["epochs=7"])
+    assert (cfg.epochs, cfg.loader.size) == (7, 64)
+
+
+def test_recipe_floats_in_exponent_form(tmp_path):
+    """PyYAML reads ``1e-6`` as a string (YAML 1.1); recipes read it as the number it is. Quoted stays a string."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("weight_decay: 1e-6\nlr: 2.5E+0\n")
+    cfg = C.resolve(C.PretrainConfig(), recipe, {})
+    assert (cfg.weight_decay, cfg.lr) == (1e-6, 2.5)
+    recipe.write_text("weight_decay: '1e-6'\n")
+    with pytest.raises(C.ConfigError, match=re.escape("weight_decay must be a number, got '1e-6' (in recipe")):
+        C.resolve(C.PretrainConfig(), recipe, {})
+
+
+def test_recipe_errors(tmp_path):
+    (tmp_path / "bad.yaml").write_text("a: 1\n  b: [\n")
+    with pytest.raises(MoquadError, match=r"recipe .*bad.yaml line \d+: "):
+        load_recipe(tmp_path / "bad.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(MoquadError, match="must be a YAML mapping"):
+        load_recipe(tmp_path / "list.yaml")
+    (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(MoquadError, match="is not a text file"):
+        load_recipe(tmp_path / "bin.yaml")
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: c.yaml\n")
+    (tmp_path / "c.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(MoquadError, match=re.escape("(a.yaml -> b.yaml -> c.yaml -> a.yaml)")):
+        load_recipe(tmp_path / "a.yaml")
+    (tmp_path / "empty.yaml").write_text("")
+    assert load_recipe(tmp_path / "empty.yaml") == {}
+
+
+def test_recipes_found_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert find_recipe("train/cpu_demo.yaml") == REPO_ROOT / "train" / "cpu_demo.yaml"
+    assert C.resolve(C.PretrainConfig(), "train/cpu_demo.yaml", {}).backbone == "tiny"
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "cpu_demo.yaml").write_text("epochs: 3\n")  # a local file of that name comes first
+    assert C.resolve(C.PretrainConfig(), "train/cpu_demo.yaml", {}).epochs == 3
+
+
+def test_choice_lists_match_the_implementations():
+    from moquad.models import BACKBONES
+    from moquad.preprocess.datasets import DATASETS
+
+    assert C.BACKBONES == BACKBONES and C.DATASETS == DATASETS

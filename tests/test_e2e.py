@@ -50,7 +50,7 @@ def test_retrieve_and_linear(pipeline):
         assert 0.0 <= res[f"top{k}"] <= 1.0
     assert res["top1"] <= res["top5"] <= res["top10"]
     moquad("linear", "--data", pipeline / "shards", "--checkpoint", ckpt, "--epochs", 3, "--out", pipeline / "eval",
-           "--device", "cpu")
+           "--device", "cpu", "--size", 32, "--frames", 4, "--num-clips", 2)
 
 
 def test_finetune_and_cam(pipeline, real_videos_dir):

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from moquad.config import PretrainConfig, to_dict
+from moquad.errors import MoquadError
 from moquad.models import BACKBONES, build_model
 from moquad.train import checkpoint
 from moquad.train.lars import LARS, param_groups
@@ -60,11 +61,11 @@ def test_unknown_backbone():
 
 def test_checkpoint_save_is_atomic(tmp_path):
     path = tmp_path / "ckpt" / "last.pt"
-    checkpoint.save({"step": 1}, path)
-    checkpoint.save({"step": 2}, path)
+    checkpoint.save({"step": 1, "model": {}, "config": {}}, path)
+    checkpoint.save({"step": 2, "model": {}, "config": {}}, path)
     assert checkpoint.load(path)["step"] == 2
     assert sorted(p.name for p in path.parent.iterdir()) == ["last.pt"]  # no temp files left
     with pytest.raises(FileNotFoundError):
         checkpoint.load(tmp_path / "missing.pt")
-    with pytest.raises(ValueError, match="not a moquad"):
+    with pytest.raises(MoquadError, match="not a moquad"):
         checkpoint.load_model(path)

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
-from moquad.quickstart import quickstart
+from moquad import config as C
+from moquad.quickstart import KS, _finished, demo_eval_config, demo_pretrain_config, quickstart
+from moquad.train import checkpoint
 
 
 def test_quickstart_writes_comparison(tmp_path):
@@ -18,9 +24,55 @@ def test_quickstart_writes_comparison(tmp_path):
         assert 0.0 <= r["top1"] <= r["top5"] <= r["top10"] <= 1.0
     assert (tmp_path / "qs" / "comparison.png").stat().st_size > 5000
     assert (tmp_path / "qs" / "moquad" / "curves.png").is_file()
+    for method in ("simclr", "moquad"):  # a finished run's checkpoint says so (issue 16: _finished was off by one)
+        last = tmp_path / "qs" / method / "checkpoints" / "last.pt"
+        assert checkpoint.load(last)["epoch"] == 2 and _finished(last, 2) and not _finished(last, 3)
     # a second call reuses data and finished runs instead of redoing them
     again = quickstart(tmp_path / "qs", epochs=2, classes=2, per_class=4, seed=1)
     assert {m: r["top1"] for m, r in again.items()} == {m: r["top1"] for m, r in results.items()}
     # ... and refuses to mix in data or runs made with other settings
     with pytest.raises(ValueError, match="other settings"):
         quickstart(tmp_path / "qs", epochs=3, classes=2, per_class=4, seed=1)
+
+
+def cli_config(*args) -> dict:
+    result = subprocess.run([sys.executable, "-m", "moquad.cli", *map(str, args), "--print-config"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)
+
+
+def test_demo_is_two_recipes_the_cli_reproduces(tmp_path):
+    """`moquad pretrain/retrieve` with train/ and eval/cpu_demo.yaml resolve to exactly the demo's configs."""
+    data, ckpt = tmp_path / "shards", tmp_path / "last.pt"
+    data.mkdir()
+    ckpt.write_bytes(b"")
+    for method in ("simclr", "moquad"):
+        got = cli_config("pretrain", "--data", data, "--recipe", "train/cpu_demo.yaml", "--method", method,
+                         "--out", tmp_path / method)
+        assert got == C.to_dict(demo_pretrain_config(data, tmp_path / method, method))
+    got = cli_config("pretrain", "--data", data, "--recipe", "train/cpu_demo.yaml", "--method", "moquad", "--out",
+                     tmp_path / "m", "--seed", 3, "--backbone", "r3d_18", "--epochs", 40, "--lr-warmup-epochs", 2)
+    assert got == C.to_dict(demo_pretrain_config(data, tmp_path / "m", "moquad", epochs=40, seed=3, backbone="r3d_18"))
+    got = cli_config("retrieve", "--data", data, "--checkpoint", ckpt, "--recipe", "eval/cpu_demo.yaml",
+                     "--out", tmp_path / "eval")
+    assert got == C.to_dict(demo_eval_config(data, ckpt, tmp_path / "eval"))
+    assert tuple(got["ks"]) == KS
+
+
+def test_demo_settings():
+    """The demo's CPU budget and its two documented departures from the paper (train/cpu_demo.yaml)."""
+    cfg = demo_pretrain_config(Path("d"), Path("r"), "moquad")
+    assert (cfg.backbone, cfg.epochs, cfg.batch_size, cfg.loader.frames, cfg.loader.size) == ("tiny", 60, 16, 8, 32)
+    assert cfg.warmup_ratio == 0.0 and cfg.loader.dilations == (1, 4)
+    assert (cfg.hard_beta, cfg.hard_alpha, cfg.temperature, cfg.optimizer) == (0.01, 1.5, 0.1, "lars")  # the paper's
+    ev = demo_eval_config(Path("d"), Path("c.pt"), Path("o"))
+    assert (ev.num_clips, ev.frames, ev.size, ev.crops, ev.ks) == (5, 8, 32, 1, KS)
+
+
+def test_finished_means_every_epoch_trained(tmp_path):
+    """A checkpoint's ``epoch`` is the epoch its NEXT step belongs to: after N epochs it says N."""
+    path = tmp_path / "last.pt"
+    for epoch, epochs, done in [(2, 2, True), (1, 2, False), (59, 60, False), (60, 60, True), (-1, 1, False)]:
+        checkpoint.save({"model": {}, "config": {}, "epoch": epoch, "step": 0}, path)
+        assert _finished(path, epochs) is done, (epoch, epochs)

@@ -1,22 +1,31 @@
 """Checkpoints: one dict written atomically (temp file + ``os.replace``), read with ``weights_only=True``.
 
-Layout (CONTRACTS.md): ``{"model", "optimizer", "step", "epoch", "config", "seeds",
-"moquad_version", "git"}``; ``step`` counts optimizer steps done, ``epoch`` the epoch the
-next step belongs to. Evaluation rebuilds the model from ``config`` via :func:`load_model`.
+Layout: ``{"model", "optimizer", "step", "epoch", "config", "seeds", "moquad_version", "git"}``;
+``step`` counts optimizer steps done, ``epoch`` the epoch the next step belongs to. Evaluation
+rebuilds the model from ``config`` via :func:`load_model`. A file that is not such a dict
+(garbage, truncated, empty, a plain state dict, a pickle ``weights_only`` refuses) raises a
+one-line :class:`MoquadError` ``CKPT is not a moquad checkpoint (<reason>)``.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
 import moquad
+from moquad.errors import DISK_ERRNOS, MoquadError, disk_error
 from moquad.models import VideoModel, build_model
+
+# what every moquad checkpoint holds; resuming also needs these
+REQUIRED = ("model", "config")
+RESUME_KEYS = ("model", "optimizer", "step", "epoch", "config")
 
 
 @functools.lru_cache(maxsize=1)
@@ -35,36 +44,110 @@ def git_revision() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def save(ckpt: dict[str, Any], path: str | Path) -> Path:
-    """Write ``ckpt`` to ``path`` atomically: a crash leaves the previous file intact, never half a file."""
+def _temp_name(path: Path, pid: int | str) -> Path:
+    return path.with_name(f".{path.name}.tmp.{pid}")
+
+
+def remove_stale_temps(folder: str | Path) -> list[Path]:
+    """Delete the temp files that interrupted :func:`save` calls left in ``folder`` (not this process's own).
+
+    Only the main process (torchrun ``RANK`` 0, the one that writes checkpoints) deletes anything.
+    """
+    folder, mine = Path(folder), f".tmp.{os.getpid()}"
+    if not folder.is_dir() or os.environ.get("RANK", "0") != "0":
+        return []
+    stale = [p for p in folder.glob(".*.tmp.*") if re.fullmatch(r"\..+\.tmp\.\d+", p.name) and not p.name.endswith(mine)]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
+
+
+def save(ckpt: dict[str, Any], path: str | Path, resume_hint: str = "re-run with --resume to continue") -> Path:
+    """Write ``ckpt`` to ``path`` atomically: a crash leaves the previous file intact, never half a file.
+
+    Stale temp files of earlier, interrupted writes beside ``path`` are removed first; a failed write
+    removes its own and, for a full or read-only disk, raises the one-line :func:`disk_error`.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "wb") as f:
-        torch.save(ckpt, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    remove_stale_temps(path.parent)
+    tmp = _temp_name(path, os.getpid())
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(ckpt, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
+            raise disk_error(e, path, resume_hint) from e
+        raise
     return path
 
 
-def load(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint on CPU with ``weights_only=True`` (no arbitrary code from the file)."""
+def _not_moquad(path: Path, reason: str) -> MoquadError:
+    return MoquadError(f"{path} is not a moquad checkpoint ({reason}); use a RUN/checkpoints/last.pt of `moquad pretrain`")
+
+
+def _unreadable_reason(e: Exception) -> str:
+    """Why ``torch.load`` failed, in a few words (torch's own text suggests weights_only=False: never shown)."""
+    text = str(e)
+    if "Weights only load failed" in text:
+        found = re.search(r"GLOBAL ([\w.]+)", text)
+        if found:
+            return (f"refused for safety: it holds a pickled Python object ({found[1]}), which a checkpoint "
+                    "loaded with weights_only=True may not; moquad checkpoints hold only tensors and plain values")
+        return "not a PyTorch file: its pickle data cannot be read"
+    if isinstance(e, EOFError):
+        return "the file ends early: empty or truncated"
+    if "PytorchStreamReader" in text or "zip archive" in text:
+        return "truncated or corrupted: its zip archive cannot be read"
+    return f"unreadable: {type(e).__name__}: {text.splitlines()[0][:120] if text.strip() else 'no detail'}"
+
+
+def load(path: str | Path, require: tuple[str, ...] = REQUIRED) -> dict[str, Any]:
+    """Read a checkpoint on CPU with ``weights_only=True`` (no arbitrary code from the file).
+
+    ``require``: entries the dict must have (``RESUME_KEYS`` to continue training).
+    """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(
-            f"checkpoint {path} not found; pass RUN/checkpoints/last.pt of a pretrain run"
-        )
-    return torch.load(path, map_location="cpu", weights_only=True)
+        what = "is a directory" if path.is_dir() else "not found"
+        raise FileNotFoundError(f"checkpoint {path} {what}; pass RUN/checkpoints/last.pt of a pretrain run")
+    if path.stat().st_size == 0:
+        raise _not_moquad(path, "empty file")
+    try:
+        with warnings.catch_warnings():  # torch's note on an old pickle protocol adds nothing to our message
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as e:
+        if e.errno in DISK_ERRNOS or isinstance(e, FileNotFoundError):
+            raise
+        raise _not_moquad(path, _unreadable_reason(e)) from e
+    except Exception as e:  # any parse failure of a user-supplied file
+        raise _not_moquad(path, _unreadable_reason(e)) from e
+    if not isinstance(ckpt, dict):
+        raise _not_moquad(path, f"it holds a {type(ckpt).__name__}, not a checkpoint dict")
+    missing = [k for k in require if k not in ckpt]
+    if missing:
+        hint = "; a plain state dict?" if ckpt and all(isinstance(v, torch.Tensor) for v in ckpt.values()) else ""
+        raise _not_moquad(path, f"no {' or '.join(repr(k) for k in missing)} entry{hint}")
+    return ckpt
 
 
 def load_model(path: str | Path) -> tuple[VideoModel, dict[str, Any]]:
     """Rebuild the :class:`VideoModel` described by the checkpoint's config and load its weights."""
     ckpt = load(path)
-    cfg = ckpt.get("config") or {}
-    missing = [k for k in ("backbone", "proj_dim", "proj_hidden") if k not in cfg]
-    if "model" not in ckpt or missing:
-        raise ValueError(f"{path} is not a moquad pretrain checkpoint (missing model or config {missing})")
-    model = build_model(cfg["backbone"], proj_dim=cfg["proj_dim"], proj_hidden=cfg["proj_hidden"])
-    model.load_state_dict(ckpt["model"])
+    cfg = ckpt["config"]
+    missing = [k for k in ("backbone", "proj_dim", "proj_hidden") if not isinstance(cfg, dict) or k not in cfg]
+    if missing:
+        raise _not_moquad(Path(path), f"its config lacks {', '.join(missing)}")
+    try:
+        model = build_model(cfg["backbone"], proj_dim=cfg["proj_dim"], proj_hidden=cfg["proj_hidden"])
+        model.load_state_dict(ckpt["model"])
+    except (ValueError, TypeError, RuntimeError, AttributeError) as e:
+        detail = re.sub(r"^Error\(s\) in loading state_dict for \w+:\s*", "", " ".join(str(e).split()))[:200]
+        raise _not_moquad(Path(path), f"its weights do not fit the {cfg['backbone']!r} model its config names: "
+                                      f"{detail or type(e).__name__}") from e
     return model, ckpt
