@@ -196,10 +196,8 @@ def pretrain(
     if _printed(cfg, print_config):
         return
     _need_dir(cfg.data, "data folder", "run `moquad preprocess` first and pass its --out folder")
-    from moquad.train.checkpoint import remove_stale_temps
     from moquad.train.loop import pretrain as run_pretrain
 
-    remove_stale_temps(Path(cfg.out) / "checkpoints")  # left by a crash or a full disk (rank 0 only)
     ckpt = run_pretrain(cfg)
     typer.echo(f"checkpoint: {ckpt}")
 

@@ -373,7 +373,7 @@ def dump(cfg: Any) -> str:
 
 
 def save(cfg: Any, path: str | Path) -> None:
-    """Write the resolved config as YAML."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump(cfg))
+    """Write the resolved config as YAML (atomically)."""
+    from moquad.io import atomic_write_text
+
+    atomic_write_text(path, dump(cfg))

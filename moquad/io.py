@@ -22,7 +22,8 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp.{os.getpid()}")
 
 
-def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None],
+                 resume_hint: str = "re-run the same command to resume") -> Path:
     """Call ``write(f)`` on a temp file, fsync it and rename it to ``path``."""
     path = Path(path)
     tmp = temp_path(path)
@@ -36,7 +37,7 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
     except BaseException as e:
         tmp.unlink(missing_ok=True)
         if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
-            raise disk_error(e, path) from e
+            raise disk_error(e, path, resume_hint) from e
         raise
     return path
 
@@ -50,10 +51,15 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 
 def remove_stale_temps(folder: str | Path) -> list[Path]:
-    """Delete ``.*.tmp.PID`` files in ``folder`` whose process is gone (left by a killed writer)."""
-    removed = []
+    """Delete ``.NAME.tmp.PID`` files in ``folder`` that a killed or failed writer left (not a live process's).
+
+    Only the main process (torchrun ``RANK`` 0, the one that writes) deletes anything.
+    """
     folder = Path(folder)
-    for tmp in folder.glob(".*.tmp.*") if folder.is_dir() else []:
+    if not folder.is_dir() or os.environ.get("RANK", "0") != "0":
+        return []
+    removed = []
+    for tmp in folder.glob(".*.tmp.*"):
         pid = tmp.name.rsplit(".", 1)[-1]
         if pid.isdigit() and not _alive(int(pid)):
             tmp.unlink(missing_ok=True)

@@ -136,6 +136,18 @@ def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per
     return results
 
 
+def _fit_batch(cfg: C.PretrainConfig, console: Console) -> C.PretrainConfig:
+    """A token-sized demo (``--per-class`` small) may hold fewer training videos than the recipe's batch: an
+    exact epoch cannot repeat a video, so the batch becomes the split's size (said on the terminal)."""
+    from moquad.data.store import read_info
+
+    videos = int(read_info(cfg.data)["splits"].get(cfg.split, 0))
+    if 0 < videos < cfg.batch_size:
+        console.print(f"[yellow]note:[/] {videos} training videos: batch {cfg.batch_size} -> {videos}")
+        return dataclasses.replace(cfg, batch_size=videos)
+    return cfg
+
+
 def _pretrain_all(console: Console, shards: Path, out: Path, epochs: int, seed: int, backbone: str) -> dict[str, Path]:
     """SimCLR and MoQuad runs (reused when finished, resumed when cut short) and the untrained floor."""
     from moquad.train.loop import pretrain
@@ -146,7 +158,7 @@ def _pretrain_all(console: Console, shards: Path, out: Path, epochs: int, seed: 
                   f"{max(1, epochs // 20)}")
     checkpoints = {}
     for method in ("simclr", "moquad"):
-        cfg = demo_pretrain_config(shards, out / method, method, epochs, seed, backbone)
+        cfg = _fit_batch(demo_pretrain_config(shards, out / method, method, epochs, seed, backbone), console)
         last = Path(cfg.out) / "checkpoints" / "last.pt"
         if last.is_file() and _finished(last, cfg.epochs):
             checkpoints[method] = last

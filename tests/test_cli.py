@@ -35,7 +35,7 @@ def test_help_has_example(command):
         (["preprocess", "ucf101", "{tmp}/missing", "--out", "{tmp}/o"], "dataset root"),
         (["verify", "{tmp}/missing"], "data folder"),
         (["pretrain", "--data", "{tmp}/missing"], "run `moquad preprocess` first"),
-        (["pretrain", "--data", "{tmp}", "--method", "byol"], "method must be one of moquad, simclr, got 'byol'"),
+        (["pretrain", "--data", "{tmp}", "--method", "byol"], "method must be one of moquad, simclr, simclr_classic, got 'byol'"),
         (["pretrain", "--data", "{tmp}", "--set", "epochs"], "--set 'epochs' must look like KEY=VALUE"),
         (["pretrain", "--data", "{tmp}", "--set", "epochs.x=1"], "unknown setting 'epochs.x': epochs has no sub-settings"),
         (["linear", "--data", "{tmp}", "--checkpoint", "{tmp}/none.pt"], "checkpoint {tmp}/none.pt not found"),
@@ -78,13 +78,13 @@ def test_every_pretrain_setting_reachable_and_precedence(tmp_path):
     (tmp_path / "r.yaml").write_text("epochs: 7\nlr: 1.5\nloader: {frames: 8, size: 64}\n")
     got = printed_config("pretrain", "--data", tmp_path, "--recipe", tmp_path / "r.yaml", "--epochs", 9, "--size", 48,
                          "--set", "lr=0.5", "--set", "loader.size=40", "--set", "loader.dilations=1,4",
-                         "--set", "loader.crop_scale=0.6,1.0", "--set", "loader.donor_pool=32",
+                         "--set", "loader.crop_scale=0.6,1.0", "--set", "loader.donors_per_sample=4",
                          "--set", "loader.color_strength=0.25", "--set", "steps_per_epoch=none")
     assert got["epochs"] == 9  # flag beats recipe
     assert got["lr"] == 0.5 and got["loader"]["size"] == 40  # --set beats recipe and flag
     assert got["loader"]["frames"] == 8  # recipe beats default
     assert got["loader"]["dilations"] == [1, 4] and got["loader"]["crop_scale"] == [0.6, 1.0]
-    assert (got["loader"]["donor_pool"], got["loader"]["color_strength"], got["steps_per_epoch"]) == (32, 0.25, None)
+    assert (got["loader"]["donors_per_sample"], got["loader"]["color_strength"], got["steps_per_epoch"]) == (4, 0.25, None)
     assert got["batch_size"] == C.PretrainConfig().batch_size  # untouched default
 
 

@@ -62,7 +62,7 @@ def test_allowed_coercions_only():
         ("epochs", 3.0, "epochs must be an int, got 3.0"),  # no float -> int
         ("epochs", True, "epochs must be an int, got True"),  # bool is not an int
         ("sync_bn", 1, "sync_bn must be true or false, got 1"),
-        ("method", "byol", "method must be one of moquad, simclr, got 'byol'"),
+        ("method", "byol", "method must be one of moquad, simclr, simclr_classic, got 'byol'"),
         ("backbone", "resnet", "backbone must be one of tiny, r3d_18, r2plus1d_18, s3d, r3d_50"),
         ("batch_size", 0, "batch_size must be >= 1, got 0"),
         ("lr", 0, "lr must be > 0, got 0.0"),

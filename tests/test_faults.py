@@ -19,6 +19,7 @@ import torch
 
 from moquad.config import PreprocessConfig
 from moquad.errors import MoquadError, user_message
+from moquad.io import remove_stale_temps
 from moquad.train import checkpoint
 
 TINY = ["--backbone", "tiny", "--batch-size", "4", "--frames", "4", "--size", "32", "--workers", "0",
@@ -198,13 +199,14 @@ def test_pretrain_onto_a_full_disk(shards, tmp_path):
 
 
 CONFIG_WRITE_FAILS = """
-    import errno, pathlib
-    real = pathlib.Path.write_text
-    def write_text(self, *args, **kwargs):
-        if self.name == "config.yaml":
-            raise OSError(errno.ENOSPC, "No space left on device", str(self))
-        return real(self, *args, **kwargs)
-    pathlib.Path.write_text = write_text
+    import errno, os
+    import moquad.io
+    real = os.replace
+    def replace(src, dst, *args, **kwargs):
+        if str(dst).endswith("config.yaml"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return real(src, dst, *args, **kwargs)
+    moquad.io.os.replace = replace
 """
 
 
@@ -221,12 +223,12 @@ def test_stale_temp_files_removed_at_start(shards, tmp_path):
 
 
 def test_remove_stale_temps_only_on_the_main_rank(tmp_path, monkeypatch):
-    (tmp_path / ".last.pt.tmp.12").write_bytes(b"x")
+    (tmp_path / ".last.pt.tmp.4194300").write_bytes(b"x")
     (tmp_path / f".last.pt.tmp.{os.getpid()}").write_bytes(b"x")  # this process's own write in flight
     monkeypatch.setenv("RANK", "1")
-    assert checkpoint.remove_stale_temps(tmp_path) == [] and (tmp_path / ".last.pt.tmp.12").exists()
+    assert remove_stale_temps(tmp_path) == [] and (tmp_path / ".last.pt.tmp.4194300").exists()
     monkeypatch.setenv("RANK", "0")
-    assert checkpoint.remove_stale_temps(tmp_path) == [tmp_path / ".last.pt.tmp.12"]
+    assert remove_stale_temps(tmp_path) == [tmp_path / ".last.pt.tmp.4194300"]
     assert [p.name for p in tmp_path.iterdir()] == [f".last.pt.tmp.{os.getpid()}"]
 
 

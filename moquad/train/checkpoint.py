@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 import moquad
-from moquad.errors import DISK_ERRNOS, MoquadError, disk_error
+from moquad.errors import DISK_ERRNOS, MoquadError
+from moquad.io import atomic_write, remove_stale_temps
 from moquad.models import VideoModel, build_model
 
 # what every moquad checkpoint holds; resuming also needs these
@@ -44,46 +45,12 @@ def git_revision() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def _temp_name(path: Path, pid: int | str) -> Path:
-    return path.with_name(f".{path.name}.tmp.{pid}")
-
-
-def remove_stale_temps(folder: str | Path) -> list[Path]:
-    """Delete the temp files that interrupted :func:`save` calls left in ``folder`` (not this process's own).
-
-    Only the main process (torchrun ``RANK`` 0, the one that writes checkpoints) deletes anything.
-    """
-    folder, mine = Path(folder), f".tmp.{os.getpid()}"
-    if not folder.is_dir() or os.environ.get("RANK", "0") != "0":
-        return []
-    stale = [p for p in folder.glob(".*.tmp.*") if re.fullmatch(r"\..+\.tmp\.\d+", p.name) and not p.name.endswith(mine)]
-    for p in stale:
-        p.unlink(missing_ok=True)
-    return stale
-
-
 def save(ckpt: dict[str, Any], path: str | Path, resume_hint: str = "re-run with --resume to continue") -> Path:
-    """Write ``ckpt`` to ``path`` atomically: a crash leaves the previous file intact, never half a file.
-
-    Stale temp files of earlier, interrupted writes beside ``path`` are removed first; a failed write
-    removes its own and, for a full or read-only disk, raises the one-line :func:`disk_error`.
-    """
+    """Write ``ckpt`` to ``path`` atomically (:func:`moquad.io.atomic_write`): a crash leaves the previous file
+    intact, never half a file; stale temp files of earlier, interrupted writes beside ``path`` go first."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(path.parent)
-    tmp = _temp_name(path, os.getpid())
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(ckpt, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
-            raise disk_error(e, path, resume_hint) from e
-        raise
-    return path
+    return atomic_write(path, lambda f: torch.save(ckpt, f), resume_hint)
 
 
 def _not_moquad(path: Path, reason: str) -> MoquadError:

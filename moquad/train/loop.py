@@ -39,6 +39,7 @@ from moquad import dist
 from moquad.config import PretrainConfig, to_dict
 from moquad.config import save as save_config
 from moquad.errors import MoquadError
+from moquad.io import remove_stale_temps
 from moquad.models import build_model
 from moquad.train import checkpoint
 from moquad.train.lars import make_optimizer
@@ -156,10 +157,11 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, loader_fn: LoaderFn | None, 
         raise ValueError(f"batch_size {cfg.batch_size} (global) must be a positive multiple of the {world} processes")
     main = rank == 0
     # ------------------------------------------------------------ data: steps per epoch
+    report = None
     if loader_fn is not None and cfg.steps_per_epoch:  # tests: a fake loader over no data
         spe, checksum = cfg.steps_per_epoch, None
     else:
-        spe, checksum = _data_plan(cfg, world, main)
+        spe, checksum, report = _data_plan(cfg, world)
     if loader_fn is None:
         from moquad.data.pipeline import make_loader
 
@@ -174,7 +176,11 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, loader_fn: LoaderFn | None, 
     stages = stage_per_epoch(cfg.epochs, 0.0 if cfg.method == "simclr_classic" else cfg.warmup_ratio)
     # ------------------------------------------------------------ resume
     run = Path(cfg.out)
+    if main:
+        remove_stale_temps(run / "checkpoints")  # left by a crash or a full disk
     start = _resume(cfg, run / "checkpoints" / "last.pt", model, optimizer, spe, checksum)
+    if main and report is not None:
+        report()
     # ------------------------------------------------------------ distributed
     core: nn.Module = model
     if cfg.sync_bn and (not dist.is_dist() or device.type != "cuda") and main:
@@ -195,8 +201,8 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, loader_fn: LoaderFn | None, 
     return t
 
 
-def _data_plan(cfg: PretrainConfig, world: int, main: bool) -> tuple[int, str]:
-    """Steps per epoch of the exact-epoch loader, the data checksum; prints the start-up report."""
+def _data_plan(cfg: PretrainConfig, world: int) -> tuple[int, str, Callable[[], None]]:
+    """Steps per epoch of the exact-epoch loader, the data checksum and the start-up report to print."""
     from moquad.data.sampler import EpochPlan
     from moquad.data.sampling import unfit_counts
     from moquad.data.store import Split
@@ -209,14 +215,13 @@ def _data_plan(cfg: PretrainConfig, world: int, main: bool) -> tuple[int, str]:
             raise MoquadError(f"steps_per_epoch {cfg.steps_per_epoch} exceeds the {spe} batches of {len(split)} videos at "
                               f"batch {cfg.batch_size}; an epoch uses each video at most once")
         spe = cfg.steps_per_epoch
-    if main:
-        _report(cfg, len(split), spe, unfit_counts(split.num_frames, cfg.loader.frames, cfg.loader.dilations))
-    return spe, split.checksum_value
+    unfit = unfit_counts(split.num_frames, cfg.loader.frames, cfg.loader.dilations)
+    return spe, split.checksum_value, functools.partial(_report, cfg, len(split), spe, unfit)
 
 
 def _report(cfg: PretrainConfig, videos: int, spe: int, unfit: dict[int, int]) -> None:
     """Start-up lines: steps per epoch and in total, short videos per dilation, small-run warnings."""
-    console = Console(stderr=True)
+    console = Console()
     total = spe * cfg.epochs
     console.print(f"pretrain: {videos} videos in split {cfg.split!r}, global batch {cfg.batch_size}: {spe} steps per "
                   f"epoch, {total} steps in {cfg.epochs} epochs")
@@ -235,7 +240,7 @@ def _resume(cfg: PretrainConfig, path: Path, model: nn.Module, optimizer: torch.
         return 0
     if not cfg.resume:
         raise ValueError(f"{path.parent.parent} already holds a checkpoint; pass --resume to continue it or choose a new --out")
-    ckpt = checkpoint.load(path)
+    ckpt = checkpoint.load(path, require=checkpoint.RESUME_KEYS)
     check_resume(ckpt.get("config") or {}, to_dict(cfg), path)
     if ckpt.get("steps_per_epoch", spe) != spe:
         raise ValueError(f"cannot resume {path}: it was trained with {ckpt['steps_per_epoch']} steps per epoch, "
