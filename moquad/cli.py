@@ -43,22 +43,31 @@ app.callback(epilog="Example: moquad --debug pretrain --data D  (or: MOQUAD_DEBU
 # ----------------------------------------------------------------------------- stage 0: data
 
 
-@app.command(epilog="Example: moquad synth data/synth --classes 4 --per-class 8 --size 64 --frames 48 --objects 3")
+@app.command(epilog="Examples: moquad synth data/synth --classes 4 --per-class 8 --size 64 --frames 48 --objects 3  |  "
+             "moquad synth data/dirs --kind directions --classes 4  (Up, Down, ZoomIn, ZoomOut: well posed with flips on)  |  "
+             "moquad synth data/dirs8 --kind directions --classes 8  (adds Left/Right, Clockwise/CounterClockwise: "
+             "pre-train with flips off, recipe `loader: {flip: false}`)")
 @_friendly
 def synth(
     out: str = typer.Argument(..., help="Folder to write the UCF101-layout dataset into."),
-    classes: int = typer.Option(4, help="Number of motion classes (1-5)."),
+    kind: str = typer.Option("types", help="Family: 'types' (class = motion type: Translate, Rotate, Scale, "
+                             "Oscillate, Orbit) or 'directions' (class = direction or sense of one motion: Up, Down, "
+                             "ZoomIn, ZoomOut, Left, Right, Clockwise, CounterClockwise; 1/f textures, random camera "
+                             "drift). A horizontal flip maps Left<->Right and Clockwise<->CounterClockwise, and moquad "
+                             "flips views by default, so keep directions at --classes 4 unless you pre-train with "
+                             "flips off."),
+    classes: int = typer.Option(4, help="Number of classes, the first N of the family (types: 1-5, directions: 1-8)."),
     per_class: int = typer.Option(8, help="Videos per class."),
     size: int = typer.Option(64, help="Frame width and height in pixels."),
     frames: int = typer.Option(48, help="Frames per video (25 fps)."),
-    objects: int = typer.Option(3, help="Moving objects per video (all with the class's motion type)."),
+    objects: int = typer.Option(3, help="Moving objects per video (all with the class's motion)."),
     seed: int = typer.Option(0, help="Random seed."),
 ) -> None:
     """Generate a synthetic motion dataset (classes differ ONLY by motion) in UCF101's layout."""
     from moquad.synth import make_synth
 
     root = make_synth(out, classes=classes, per_class=per_class, size=size, frames=frames, seed=seed,
-                      objects=objects)
+                      objects=objects, kind=kind)
     typer.echo(f"wrote {classes * per_class} videos to {root} (UCF101 layout; preprocess with `moquad preprocess ucf101 {root} --out DIR`)")
 
 

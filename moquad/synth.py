@@ -1,10 +1,44 @@
-"""A small synthetic motion dataset, written as real video files in UCF101's layout.
+"""Synthetic motion datasets, written as real video files in UCF101's layout.
 
-Every video shows a few textured objects moving over a calm textured background. The class is
-the TYPE of motion only (translate, rotate, scale, oscillate, orbit); background, object
-texture, colour, shape, start position, speed and the motion's direction are drawn
-independently of the class. A representation that only encodes appearance therefore retrieves at chance on
-it, which makes it a cheap, honest sanity check for motion-focused pre-training.
+Every video shows a few textured objects moving over a textured background. Only the motion
+depends on the class: background, object texture, colour, shape, start position and speed are
+drawn independently of it, so a representation that only encodes appearance retrieves at chance.
+That makes these cheap, honest sanity checks for motion-focused pre-training. Two families
+(``kind``, ``moquad synth --kind``):
+
+``types`` (default): the class is the TYPE of motion (Translate, Rotate, Scale, Oscillate, Orbit);
+its direction, sense (grow or shrink) and phase are random per video, so every class is unchanged
+by a horizontal flip, a time reversal and a playback-speed change. Calm low-contrast background.
+
+``directions``: the class is the DIRECTION or SENSE of one motion, in this order: Up, Down
+(translation), ZoomIn, ZoomOut (objects grow or shrink at a constant relative rate, restarting
+when they reach the end of the scale range), Left, Right (translation), Clockwise,
+CounterClockwise (rotation in place). Background and objects have 1/f noise textures (the
+amplitude spectrum of natural images, luminance-dominated colour); a camera drift independent of
+the class (random direction and speed, up to about the objects' speed) pans the whole periodic
+scene; object sizes are log-uniform in every frame of every class, so a still frame is the same
+in distribution whatever the class. Within each pair only the sense differs (Up/Down and
+ZoomIn/ZoomOut also differ in motion type). What a flip or a time reversal makes of each class
+(``FLIPPED``, ``REVERSED``; the tests check both on the videos):
+
+    class              horizontal flip     time reversal
+    Up, Down           Up, Down            Down, Up
+    ZoomIn, ZoomOut    ZoomIn, ZoomOut     ZoomOut, ZoomIn
+    Left, Right        Right, Left         Right, Left
+    Clockwise, CCW     CCW, Clockwise      CCW, Clockwise
+
+moquad flips each view independently (``LoaderConfig.flip``, on by default), so pre-training
+teaches flip invariance, and a flip-invariant representation cannot tell apart two classes that
+a flip maps onto each other. Hence the order: the first four classes (``--classes 4``, the
+default) are each unchanged by a flip, so the task is well posed under the default
+augmentations. ``--classes`` 5 to 8 add the flip pairs Left/Right and Clockwise/CounterClockwise:
+use them only with flips off (recipe ``loader: {flip: false}``); that is what turning flips off
+buys here, four more separable classes (the full 8-class task), for one augmentation less.
+Time reversal maps every class onto another, but moquad never treats a reversed clip as a
+positive: ``motion_op: reverse`` makes it an Intra-NEGATIVE, which asks the representation for
+exactly the distinction these classes need; an augmentation that reversed one view of a positive
+pair would make every pair here ill posed. Playback speed (the default ``motion_op: speed``)
+changes no class: speeds are random per video.
 
 Layout (as UCF101)::
 
@@ -39,6 +73,21 @@ OBJECT_SIDE = (0.3, 0.4)  # side of an object, as a fraction of the frame
 # scenes and stayed under 50% test accuracy (4 classes) after 200 steps (README "Evidence")
 BACKGROUND_CONTRAST = 0.25
 
+KINDS = ("types", "directions")
+DIRECTIONS = ("Up", "Down", "ZoomIn", "ZoomOut", "Left", "Right", "Clockwise", "CounterClockwise")
+FLIP_INVARIANT = 4  # DIRECTIONS[:4] are unchanged by a horizontal flip (module docstring)
+FLIPPED = {"Up": "Up", "Down": "Down", "ZoomIn": "ZoomIn", "ZoomOut": "ZoomOut", "Left": "Right", "Right": "Left",
+           "Clockwise": "CounterClockwise", "CounterClockwise": "Clockwise"}
+REVERSED = {"Up": "Down", "Down": "Up", "ZoomIn": "ZoomOut", "ZoomOut": "ZoomIn", "Left": "Right", "Right": "Left",
+            "Clockwise": "CounterClockwise", "CounterClockwise": "Clockwise"}
+HEADING = {"Up": -90.0, "Down": 90.0, "Left": 180.0, "Right": 0.0}  # degrees; image y points down
+HEADING_JITTER = 20.0  # each object's heading is the class's +- this many degrees
+ZOOM_SCALE = (0.6, 1.6)  # object scale range; log-uniform in every frame of every directions class
+# zooming moves an object's edge at this fraction of the video's speed: at full speed the scale range
+# would wrap every 6-10 frames; at 0.2 it wraps every 29-52 frames, about once per 48-frame demo video
+ZOOM_EDGE_SPEED = 0.2
+CAMERA_SPEED = 1.5  # largest camera drift in pixels per frame at 64 px (objects: 1.2 to 1.6)
+
 
 def _texture(rng: np.random.Generator, size: int, smooth: int) -> Image.Image:
     """Random coloured texture: low-resolution noise upsampled (blobs) plus fine noise."""
@@ -48,10 +97,12 @@ def _texture(rng: np.random.Generator, size: int, smooth: int) -> Image.Image:
     return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8))
 
 
-def _sprite(rng: np.random.Generator, side: int) -> tuple[Image.Image, Image.Image]:
-    """A textured object with an irregular (asymmetric) polygon mask, so rotation is visible."""
-    tex = _texture(rng, side, smooth=int(rng.integers(1, 4)))
-    tint = rng.integers(0, 256, 3)
+def _sprite(rng: np.random.Generator, tex: Image.Image,
+            tint: np.ndarray | None = None) -> tuple[Image.Image, Image.Image]:
+    """An object of texture ``tex`` (tinted; random tint if None) with an irregular (asymmetric) polygon
+    mask, so rotation is visible."""
+    side = tex.size[0]
+    tint = rng.integers(0, 256, 3) if tint is None else tint
     arr = (np.asarray(tex, dtype=np.float32) * 0.6 + tint * 0.4).astype(np.uint8)
     mask = Image.new("L", (side, side), 0)
     n = int(rng.integers(3, 7))
@@ -104,7 +155,7 @@ def _render(motion: str, background: Image.Image, rng: np.random.Generator, size
     objs = []
     for _ in range(objects):
         side = int(size * rng.uniform(*OBJECT_SIDE))
-        sprite, mask = _sprite(rng, side)
+        sprite, mask = _sprite(rng, _texture(rng, side, smooth=int(rng.integers(1, 4))))
         objs.append(dict(side=side, sprite=sprite, mask=mask, x0=rng.uniform(0, size), y0=rng.uniform(0, size),
                          angle0=rng.uniform(0, 360), phase=rng.uniform(0, 1),
                          direction=rng.uniform(0, 2 * math.pi),  # of travel (Translate) or swing (Oscillate)
@@ -120,14 +171,90 @@ def _render(motion: str, background: Image.Image, rng: np.random.Generator, size
                 spr, msk = spr.resize((s, s), Image.BILINEAR), msk.resize((s, s), Image.BILINEAR)
             if motion == "Rotate":
                 spr, msk = spr.rotate(angle, resample=Image.BILINEAR), msk.rotate(angle, resample=Image.BILINEAR)
-            w = spr.size[0]
-            # wrap around the borders so the object is always visible, whatever the length
-            for dx in (-size, 0, size):
-                for dy in (-size, 0, size):
-                    px, py = int(x % size - w / 2 + dx), int(y % size - w / 2 + dy)
-                    if -w < px < size and -w < py < size:
-                        frame.paste(spr, (px, py), msk)
+            _paste_wrapped(frame, spr, msk, x, y)
         out[t] = np.asarray(frame)
+    return out
+
+
+def _paste_wrapped(frame: Image.Image, spr: Image.Image, msk: Image.Image, x: float, y: float) -> None:
+    """Paste ``spr`` centred at (x, y), wrapping around the borders so it is always visible."""
+    size, w = frame.size[0], spr.size[0]
+    for dx in (-size, 0, size):
+        for dy in (-size, 0, size):
+            px, py = int(x % size - w / 2 + dx), int(y % size - w / 2 + dy)
+            if -w < px < size and -w < py < size:
+                frame.paste(spr, (px, py), msk)
+
+
+def _natural_texture(rng: np.random.Generator, size: int, mean: np.ndarray, contrast: float) -> Image.Image:
+    """Periodic 1/f^a noise (a in 1..1.5, like natural images), luminance-dominated colour around ``mean``,
+    ``contrast`` grey levels of standard deviation."""
+    freq = np.hypot(np.fft.fftfreq(size)[:, None], np.fft.rfftfreq(size)[None])
+    freq[0, 0] = 1.0
+    amp = freq ** -rng.uniform(1.0, 1.5)
+    amp[0, 0] = 0.0
+    shape = (3, size, size // 2 + 1)
+    noise = np.fft.irfft2(amp * (rng.normal(size=shape) + 1j * rng.normal(size=shape)), s=(size, size))
+    noise /= noise.std(axis=(1, 2), keepdims=True) + 1e-8
+    rgb = noise[0][..., None] + 0.3 * np.einsum("chw,cd->hwd", noise[1:], rng.normal(size=(2, 3)))
+    return Image.fromarray(np.clip(mean + contrast * rgb, 0, 255).astype(np.uint8))
+
+
+def _natural_background(rng: np.random.Generator, size: int) -> Image.Image:
+    """A periodic 1/f scene (the camera pans it by rolling), of lower contrast than the objects so they stand out."""
+    return _natural_texture(rng, size, rng.uniform(60, 200) + rng.normal(0, 15, 3), rng.uniform(10, 20))
+
+
+def _direction_object(name: str, rng: np.random.Generator, size: int, ground: float) -> dict:
+    """One object of a directions video; every class draws the same quantities (appearance is class-free).
+
+    Its mean grey differs from the background's (``ground``) by 50-90 levels, so it stands out."""
+    side = int(size * rng.uniform(*OBJECT_SIDE) * ZOOM_SCALE[1])  # drawn at its largest, shrunk per frame
+    grey = ground + (1 if ground < 128 else -1) * rng.uniform(50, 90)
+    colour = np.clip(grey + rng.normal(0, 30, 3), 0, 255)
+    sprite, mask = _sprite(rng, _natural_texture(rng, side, colour, rng.uniform(25, 45)), colour)
+    return dict(sprite=sprite, mask=mask, side=side, x0=rng.uniform(0, size), y0=rng.uniform(0, size),
+                angle0=rng.uniform(0, 360), u0=rng.uniform(0, 1),  # u: position in the log-scale range
+                heading=HEADING.get(name, 0.0) + rng.uniform(-HEADING_JITTER, HEADING_JITTER), key=None)
+
+
+def _direction_pose(name: str, o: dict, speed: float, t: int) -> tuple[float, float, float, float]:
+    """(x, y, angle in degrees counter-clockwise, scale) of object ``o`` at frame ``t``."""
+    x, y, angle, u = o["x0"], o["y0"], o["angle0"], o["u0"]
+    radius = o["side"] / ZOOM_SCALE[1] / 2  # at scale 1
+    if name in HEADING:
+        heading = math.radians(o["heading"])
+        x, y = x + speed * t * math.cos(heading), y + speed * t * math.sin(heading)
+    elif name in ("Clockwise", "CounterClockwise"):  # the edge moves at the video's speed
+        angle += (1 if name == "CounterClockwise" else -1) * math.degrees(speed / radius) * t
+    elif name in ("ZoomIn", "ZoomOut"):  # constant relative rate, wrapping from one end of the range to the other
+        rate = ZOOM_EDGE_SPEED * speed / radius / math.log(ZOOM_SCALE[1] / ZOOM_SCALE[0])
+        u = (u + (1 if name == "ZoomIn" else -1) * rate * t) % 1.0
+    else:
+        raise ValueError(f"unknown direction {name!r}")
+    return x, y, angle, ZOOM_SCALE[0] * (ZOOM_SCALE[1] / ZOOM_SCALE[0]) ** u
+
+
+def _render_directions(name: str, background: Image.Image, rng: np.random.Generator, size: int, frames: int,
+                       objects: int) -> np.ndarray:
+    """Frames (T, H, W, 3) uint8 of one directions video: the class's motion plus a class-free camera drift."""
+    speed = rng.uniform(1.2, 1.6) * size / 64
+    drift, heading = rng.uniform(0, CAMERA_SPEED) * size / 64, rng.uniform(0, 2 * math.pi)
+    camera, camera_step = rng.uniform(0, size, 2), drift * np.array([math.sin(heading), math.cos(heading)])
+    ground = float(np.asarray(background).mean())
+    objs = [_direction_object(name, rng, size, ground) for _ in range(objects)]
+    out = np.empty((frames, size, size, 3), np.uint8)
+    for t in range(frames):
+        frame = background.copy()
+        for o in objs:
+            x, y, angle, scale = _direction_pose(name, o, speed, t)
+            key = (max(2, round(o["side"] * scale / ZOOM_SCALE[1])), angle)
+            if key != o["key"]:  # resize then rotate, the same for every class (only when they change)
+                o["key"], o["img"] = key, tuple(im.resize((key[0],) * 2, Image.BILINEAR).rotate(
+                    angle, resample=Image.BILINEAR) for im in (o["sprite"], o["mask"]))
+            _paste_wrapped(frame, *o["img"], x, y)
+        dy, dx = np.floor(camera + camera_step * t + 0.5).astype(int)  # the camera pans the whole scene
+        out[t] = np.roll(np.asarray(frame), (dy, dx), axis=(0, 1))
     return out
 
 
@@ -149,16 +276,20 @@ def _write_avi(path: Path, frames: np.ndarray) -> None:
 
 def make_synth(
     out: str | Path, classes: int = 4, per_class: int = 8, size: int = 64, frames: int = 48, seed: int = 0,
-    objects: int = 3,
+    objects: int = 3, kind: str = "types",
 ) -> Path:
     """Write the dataset under ``out`` and return ``out``.
 
-    ``classes`` (1..5) motion classes with ``per_class`` videos each, ``size`` x ``size``
-    pixels, ``frames`` frames at 25 fps, ``objects`` objects per video (all with the video's
-    motion type, each with its own texture, shape, position and direction). Deterministic for a given seed.
+    The first ``classes`` classes of family ``kind`` (``MOTIONS``: 1..5, ``DIRECTIONS``: 1..8; see the
+    module docstring for which are well posed under flips) with ``per_class`` videos each, ``size`` x
+    ``size`` pixels, ``frames`` frames at 25 fps, ``objects`` objects per video (all with the video's
+    motion, each with its own texture, shape and position). Deterministic for a given seed.
     """
-    if not 1 <= classes <= len(MOTIONS):
-        raise ValueError(f"--classes must be between 1 and {len(MOTIONS)} (got {classes})")
+    if kind not in KINDS:
+        raise ValueError(f"--kind must be one of {', '.join(KINDS)} (got {kind!r})")
+    all_names = MOTIONS if kind == "types" else DIRECTIONS
+    if not 1 <= classes <= len(all_names):
+        raise ValueError(f"--classes must be between 1 and {len(all_names)} for --kind {kind} (got {classes})")
     if per_class < 2:
         raise ValueError("--per-class must be at least 2 (one test group and one train group)")
     if objects < 1:
@@ -166,7 +297,8 @@ def make_synth(
     if size < 16 or frames < 2:
         raise ValueError("--size must be >= 16 pixels and --frames >= 2")
     out = Path(out)
-    names = MOTIONS[:classes]
+    names = all_names[:classes]
+    scene, render = (_background, _render) if kind == "types" else (_natural_background, _render_directions)
     n_groups = math.ceil(per_class / CLIPS_PER_GROUP)
     n_test_groups = max(1, min(n_groups - 1, round(n_groups * 0.3)))
     rng = np.random.default_rng(seed)
@@ -176,9 +308,9 @@ def make_synth(
         for j in range(per_class):
             g, c = j // CLIPS_PER_GROUP + 1, j % CLIPS_PER_GROUP + 1
             if c == 1:  # the clips of a group share their scene, as in UCF101
-                background = _background(rng, size)
+                background = scene(rng, size)
             rel = f"{name}/v_{name}_g{g:02d}_c{c:02d}.avi"
-            _write_avi(out / "UCF-101" / rel, _render(name, background, rng, size, frames, objects))
+            _write_avi(out / "UCF-101" / rel, render(name, background, rng, size, frames, objects))
             (test.append(rel) if g <= n_test_groups else train.append(f"{rel} {label}"))
     lists = out / "ucfTrainTestlist"
     lists.mkdir(parents=True, exist_ok=True)
