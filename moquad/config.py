@@ -34,7 +34,10 @@ class PreprocessConfig:
     num_parts: int = 1
     part: int = 0
     limit: int | None = None
-    seed: int = 0
+    seed: int = 0  # shuffle seed, and the seed of a drawn split
+    # folder datasets without a split: draw one, e.g. (0.8, 0.2) train,test or (0.7, 0.1, 0.2) train,val,test
+    split_ratios: tuple[float, ...] | None = None
+    group_by: str | None = None  # regex on the file name; its first group (or match) never straddles splits
 
 
 @dataclass
