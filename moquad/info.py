@@ -52,12 +52,13 @@ def _split_stats(data_dir: Path, split: str, classes: list[str], frames: int,
     seconds = nf / np.where(fps > 0, fps, np.nan)
     labels = Counter(table.column("label").to_pylist())
     per_class = {c: labels.get(i, 0) for i, c in enumerate(classes)}
-    ranked = sorted(per_class.items(), key=lambda kv: (kv[1], kv[0]))
+    smallest = min(per_class.items(), key=lambda kv: (kv[1], kv[0]), default=None)  # ties: first name
+    largest = min(per_class.items(), key=lambda kv: (-kv[1], kv[0]), default=None)
     fit = {}
     for d in dilations:
         span = clip_span(frames, d)
         fit[str(d)] = {"span": span, "too_short": int((nf < span).sum())}
-    fits = sum((nf >= clip_span(frames, d)).astype(int) for d in dilations) if len(dilations) else nf * 0
+    fits = sum((nf >= clip_span(frames, d)).astype(int) for d in dilations)
     shards = set(table.column("shard").to_pylist())
     return {
         "videos": table.num_rows,
@@ -66,8 +67,8 @@ def _split_stats(data_dir: Path, split: str, classes: list[str], frames: int,
         "hours": float(np.nansum(seconds) / 3600),
         "bytes": int(sum(table.column("jpgs_size").to_pylist())),
         "shard_bytes": int(sum(os.path.getsize(data_dir / s) for s in shards if (data_dir / s).is_file())),
-        "smallest_class": list(ranked[0]) if ranked else None,
-        "largest_class": list(ranked[-1]) if ranked else None,
+        "smallest_class": list(smallest) if smallest else None,
+        "largest_class": list(largest) if largest else None,
         "classes_without_videos": [c for c, n in per_class.items() if n == 0],
         "per_class": per_class,
         "length_frames": _percentiles(nf.astype(np.float64)),

@@ -55,7 +55,7 @@ class ShardWriter:
         return self.data_dir / (self.rel_path + ".tmp")
 
     def _open(self) -> None:
-        with disk_errors(self._tmp):
+        with disk_errors(self.data_dir / self.rel_path):
             self._fh = open(self._tmp, "wb")  # noqa: SIM115 - closed in commit()
         self._tar = tarfile.open(fileobj=self._fh, mode="w", format=tarfile.PAX_FORMAT)
         self._rows = []
@@ -74,7 +74,7 @@ class ShardWriter:
         meta = json.dumps(row, ensure_ascii=False, sort_keys=True).encode("utf-8")
         tar = self._tar
         offset = tar.offset
-        with disk_errors(self._tmp):
+        with disk_errors(self.data_dir / self.rel_path):
             info = _tarinfo(f"{key}.json", len(meta))
             tar.addfile(info, io.BytesIO(meta))
             info = _tarinfo(f"{key}.jpgs", len(jpgs))
@@ -89,7 +89,7 @@ class ShardWriter:
         if self._tar is None or self._fh is None:
             return
         final = self.data_dir / self.rel_path
-        with disk_errors(self._tmp):
+        with disk_errors(self.data_dir / self.rel_path):
             self._tar.close()
             self._fh.flush()
             os.fsync(self._fh.fileno())
