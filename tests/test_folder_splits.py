@@ -127,13 +127,16 @@ def test_groups_never_straddle_splits(tiny_clip, tmp_path):
     assert sum(info["groups"].values()) == 9
 
 
-def test_existing_split_folders_are_honoured(tiny_clip, tmp_path):
-    layout = {"train/x": ["1.avi", "2.avi"], "train/y": ["3.avi"], "test/x": ["4.avi"], "test/y": ["5.avi"],
-              "val/y": ["6.avi"]}
+@pytest.mark.parametrize("train,val,test", [("train", "val", "test"), ("Train", "Validation", "TEST")])
+def test_existing_split_folders_are_honoured(tiny_clip, tmp_path, train, val, test):
+    layout = {f"{train}/x": ["1.avi", "2.avi"], f"{train}/y": ["3.avi"], f"{test}/x": ["4.avi"], f"{test}/y": ["5.avi"],
+              f"{val}/y": ["6.avi"]}
     root = make_folder(tmp_path / "ds", tiny_clip, layout)
     assert cli("preprocess", "folder", str(root), "--out", str(tmp_path / "o"), *FAST).returncode == 0
-    expect = {f"{d}/{f}": d.split("/")[0] for d, files in layout.items() for f in files}
+    name = {train: "train", val: "val", test: "test"}
+    expect = {f"{d}/{f}": name[d.split("/")[0]] for d, files in layout.items() for f in files}
     assert split_of(tmp_path / "o") == expect
+    assert json.loads((tmp_path / "o" / "dataset.json").read_text())["classes"] == ["x", "y"]
     assert json.loads((tmp_path / "o" / "dataset.json").read_text())["split"] == {
         "method": "given", "videos": {"test": 2, "train": 3, "val": 1}}
     line = one_error(cli("preprocess", "folder", str(root), "--out", str(tmp_path / "o2"), "--split-ratios", "0.8,0.2"))

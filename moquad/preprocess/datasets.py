@@ -14,7 +14,7 @@ Layouts (ROOT is what the user passes):
 - ``ssv2``: ``<id>.webm`` and ``something-something-v2-{train,validation,test}.json`` plus
   ``something-something-v2-labels.json``; templates are normalised as the official code does.
 - ``folder``: ``ROOT/<class>/**`` (split ``train``, or drawn: :mod:`moquad.preprocess.splits`),
-  ``ROOT/{train,val,test}/<class>/**``, or ROOT is a CSV/TSV file ``path,label[,split]`` (paths
+  ``ROOT/{train,val,test}/<class>/**`` (any case; ``validation`` too), or a CSV/TSV file ``path,label[,split]`` (paths
   relative to its folder); ids are relative paths with extension. Each real file is listed once
   (another path to it is a ``duplicate of …`` error row); symlink loops are not followed.
 """
@@ -306,8 +306,9 @@ def list_folder(root: Path) -> Listing:
             raise ValueError(f"{root} is a file, not a folder or a .csv/.tsv list; pass a folder of class "
                              "sub-folders or a CSV/TSV with rows path,label[,split]")
         return _list_table(root)
-    split_dirs = [root / s for s in SPLIT_NAMES if (root / s).is_dir()]
-    bases = [(d.name, d) for d in split_dirs] if split_dirs else [("train", root)]
+    named = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}  # any case
+    split_dirs = sorted((named[d.name.lower()], d) for d in root.iterdir() if d.is_dir() and d.name.lower() in named)
+    bases = split_dirs or [("train", root)]
     walked = [(p, links, split, c.name) for split, base in bases for c in sorted(d for d in base.iterdir() if d.is_dir())
               for p, links in walk_videos(c, root)]
     where = {p: (split, cls) for p, _, split, cls in walked}  # path -> (split, class)
