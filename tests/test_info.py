@@ -119,3 +119,8 @@ def test_info_writes_dir_info_png_by_default_and_checks_its_arguments(dataset, t
     assert "--frames 0" in one_error(cli("info", str(dataset), "--frames", "0"))
     assert "dataset.json" in one_error(cli("info", str(tmp_path)))
     assert "data folder" in one_error(cli("info", str(tmp_path / "missing")))
+
+
+def test_info_help_has_an_example():
+    r = cli("info", "--help")
+    assert r.returncode == 0 and "Example: moquad info" in r.stdout
