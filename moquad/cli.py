@@ -76,6 +76,8 @@ def synth(
 
 @app.command(
     epilog="Examples: moquad preprocess ucf101 /data/UCF101 --out /data/shards/ucf101 --split 1  |  "
+    "moquad preprocess folder ~/my_videos --out data/mine --split-ratios 0.8,0.2  (class sub-folders)  |  "
+    "moquad preprocess folder ~/my_videos/list.csv --out data/mine  (rows path,label[,split])  |  "
     "moquad preprocess k400 /data/k400 --out /data/shards/k400 --num-parts 8 --part 3  |  "
     "moquad preprocess k400 /data/k400 --out /data/shards/k400 --merge  |  "
     "moquad preprocess folder /data/clips --out /data/shards/clips --set jpeg_quality=95"
@@ -95,7 +97,9 @@ def preprocess(
     num_parts: int | None = typer.Option(None, help="Split the video list into N parts (one per node)."),
     part: int | None = typer.Option(None, help="Which part this process writes (0..N-1)."),
     limit: int | None = typer.Option(None, help="Only the first N videos after shuffling (trial runs)."),
-    seed: int | None = typer.Option(None, help="Shuffle seed."),
+    seed: int | None = typer.Option(None, help="Shuffle seed (also the seed of --split-ratios)."),
+    split_ratios: str | None = typer.Option(None, help="folder: draw a split per class, 0.8,0.2 or 0.7,0.1,0.2."),
+    group_by: str | None = typer.Option(None, help=r"Regex on file names kept in one split, e.g. '_g(\d+)_'."),
     merge: bool = typer.Option(False, "--merge", help="Combine the manifests of all parts, then exit."),
     sets: list[str] | None = _SET,
     print_config: bool = _PRINT,
@@ -107,17 +111,21 @@ def preprocess(
 
         run.merge(out)
         return
+    from moquad.preprocess import splits
+
     cfg = C.resolve(
         C.PreprocessConfig(),
         recipe,
         dict(dataset=dataset, root=root, out=out, split=split, short_side=short_side, fps=fps,
              jpeg_quality=jpeg_quality, shard_size=shard_size, workers=workers, num_parts=num_parts,
-             part=part, limit=limit, seed=seed),
+             part=part, limit=limit, seed=seed, group_by=group_by,
+             split_ratios=splits.parse_ratios(split_ratios) if split_ratios is not None else None),
         sets or (),
     )
     if _printed(cfg, print_config):
         return
-    _need_dir(cfg.root, "dataset root", "pass the folder that holds the videos and annotation files")
+    if not (cfg.dataset == "folder" and Path(cfg.root).is_file()):  # folder also takes a CSV/TSV list
+        _need_dir(cfg.root, "dataset root", "pass the folder that holds the videos and annotation files")
     from moquad.preprocess import run
 
     run.preprocess(cfg)
@@ -137,6 +145,22 @@ def verify(data: str = typer.Argument(..., help="A folder written by `moquad pre
         typer.echo(f"verify: {len(problems)} problem(s) in {data}", err=True)
         raise typer.Exit(1)
     typer.echo(f"verify: {data} OK")
+
+
+@app.command(epilog="Example: moquad info data/mine --frames 16 --dilations 1,2,4 --json data/mine/info.json")
+@_friendly
+def info(
+    data: str = typer.Argument(..., help="A folder written by `moquad preprocess`."),
+    out: str | None = typer.Option(None, help="PNG to write (default DATA/info.png)."),
+    frames: int | None = typer.Option(None, help="Clip length for the dilation-fit count (pre-train default)."),
+    dilations: str | None = typer.Option(None, help="Dilations to check, e.g. 1,2,4 (pre-train default)."),
+    json: str | None = typer.Option(None, "--json", help="Also write the numbers to this JSON file."),
+) -> None:
+    """What a preprocessed dataset holds: splits, classes, lengths, dilation fit, errors; table + one PNG."""
+    _need_dir(data, "data folder", "pass the --out folder of `moquad preprocess`")
+    from moquad.info import info as run_info
+
+    typer.echo(f"wrote {run_info(data, out, frames, dilations, json)}")
 
 
 # ----------------------------------------------------------------------------- stage 2: pretrain

@@ -75,7 +75,10 @@ class PreprocessConfig:
     num_parts: int = rule(1, ge=1)
     part: int = rule(0, ge=0)
     limit: int | None = rule(None, ge=1)
-    seed: int = rule(0, ge=0)
+    seed: int = rule(0, ge=0)  # shuffle seed, and the seed of a drawn split
+    # folder datasets without a split: draw one, e.g. (0.8, 0.2) train,test or (0.7, 0.1, 0.2) train,val,test
+    split_ratios: tuple[float, ...] | None = rule(None, gt=0, le=1)
+    group_by: str | None = None  # regex on the file name; its first group (or match) never straddles splits
 
     def __post_init__(self) -> None:
         check(self)

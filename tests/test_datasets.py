@@ -75,12 +75,18 @@ def test_folder_class_dirs_split_dirs_and_csv(real_videos_dir, tmp_path):
         ("run/sub/test.avi", 1, "train")]
 
     b = tmp_path / "b"
-    for split, cls in (("train", "x"), ("val", "y"), ("train", "y")):
+    for split, cls, clip in (("train", "x", "part_0.mp4"), ("val", "y", "test.avi"), ("train", "y", "demo.mp4")):
         (b / split / cls).mkdir(parents=True)
-        (b / split / cls / "part_0.mp4").symlink_to(real_videos_dir / "part_0.mp4")
+        (b / split / cls / "part_0.mp4").symlink_to(real_videos_dir / clip)
     listing = list_dataset("folder", b)
     assert sorted((v.video_id, v.split, v.class_name) for v in listing.videos) == [
         ("train/x/part_0.mp4", "train", "x"), ("train/y/part_0.mp4", "train", "y"), ("val/y/part_0.mp4", "val", "y")]
+    assert listing.split_given and not listing.duplicates
+    # one real file under two names is one video; the other path is a duplicate (no train/test leak)
+    (b / "val" / "y" / "again.mp4").symlink_to(real_videos_dir / "part_0.mp4")
+    listing = list_dataset("folder", b)
+    assert len(listing.videos) == 3
+    assert [(v.video_id, r) for v, r in listing.duplicates] == [("val/y/again.mp4", f"duplicate of {b / 'train/x/part_0.mp4'}")]
 
     tsv = tmp_path / "list.tsv"
     tsv.write_text(f"path\tlabel\tsplit\n{real_videos_dir / 'part_0.mp4'}\t3\ttrain\n"
@@ -90,7 +96,7 @@ def test_folder_class_dirs_split_dirs_and_csv(real_videos_dir, tmp_path):
     assert {(v.split, v.class_name, v.label) for v in listing.videos} == {("train", "3", 1), ("test", "1", 0)}
     assert [v.video_id for v in listing.missing] == ["not_there.mp4"]
     # the same stem with two extensions is two videos
-    (a / "jump" / "sub" / "part_0.avi").symlink_to(real_videos_dir / "test.avi")
+    (a / "jump" / "sub" / "part_0.avi").symlink_to(real_videos_dir / "RATRACE_wave_f_nm_np1_fr_goo_37.avi")
     assert len(list_dataset("folder", a).videos) == 4
 
 

@@ -13,9 +13,10 @@ Layouts (ROOT is what the user passes):
   (1 = train, 2 = test, 0 = unused).
 - ``ssv2``: ``<id>.webm`` and ``something-something-v2-{train,validation,test}.json`` plus
   ``something-something-v2-labels.json``; templates are normalised as the official code does.
-- ``folder``: ``ROOT/<class>/**`` videos (split ``train``), or ``ROOT/{train,val,test}/<class>/**``,
-  or ROOT is a CSV/TSV file with rows ``path,label[,split]`` (paths relative to the file);
-  video ids are the relative paths with extension.
+- ``folder``: ``ROOT/<class>/**`` (split ``train``, or drawn: :mod:`moquad.preprocess.splits`),
+  ``ROOT/{train,val,test}/<class>/**`` (any case; ``validation`` too), or a CSV/TSV file ``path,label[,split]`` (paths
+  relative to its folder); ids are relative paths with extension. Each real file is listed once
+  (another path to it is a ``duplicate of …`` error row); symlink loops are not followed.
 """
 
 from __future__ import annotations
@@ -50,18 +51,50 @@ class Listing:
     classes: list[str]
     videos: list[Video] = field(default_factory=list)
     missing: list[Video] = field(default_factory=list)
-    duplicates: list[Video] = field(default_factory=list)  # repeated ids in the annotations (first kept)
+    # inputs left out, with the reason: repeated ids in the annotations, a second path to one file
+    duplicates: list[tuple[Video, str]] = field(default_factory=list)
+    split_given: bool = False  # the layout or list names each video's split (no --split-ratios then)
+
+
+def walk_videos(top: Path, root: Path | None = None) -> list[tuple[Path, int]]:
+    """``(path, links)`` of the videos under ``top``, ``links`` = folder symlinks crossed; links are followed
+    (datasets link to other disks), never into a folder on the current path nor into ``root`` or above
+    (a loop such as ``walk/up -> ..``)."""
+    stop = os.path.realpath(root if root is not None else top)
+    state = {str(top): (int(os.path.islink(top)), (os.path.realpath(top),))}
+    found: list[tuple[Path, int]] = []
+    for dirpath, dirnames, filenames in os.walk(str(top), followlinks=True):
+        links, chain = state.pop(dirpath)
+        keep = []
+        for d in sorted(dirnames):
+            full = os.path.join(dirpath, d)
+            real = os.path.realpath(full)
+            if real in chain or real == stop or stop.startswith(real.rstrip(os.sep) + os.sep):
+                continue  # a loop: it leads back to a folder being walked
+            keep.append(d)
+            state[full] = (links + os.path.islink(full), (*chain, real))
+        dirnames[:] = keep
+        found += [(Path(dirpath) / name, links) for name in sorted(filenames)
+                  if os.path.splitext(name)[1].lower() in VIDEO_EXTENSIONS]
+    return found
+
+
+def first_paths(found: list[tuple[Path, int]]) -> dict[str, Path]:
+    """Real path -> the path that represents it: fewest folder symlinks crossed, then sort order."""
+    best: dict[str, Path] = {}
+    for path, _ in sorted(found, key=lambda t: (t[1], str(t[0]))):
+        best.setdefault(os.path.realpath(path), path)
+    return best
 
 
 def index_videos(root: Path) -> dict[str, list[Path]]:
-    """Map lowercased file stem -> video paths under ``root`` (one walk; sorted for determinism)."""
+    """Map lowercased stem -> video paths under ``root``; a name reached twice (links) is kept once."""
     found: dict[str, list[Path]] = {}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        dirnames.sort()
-        for name in sorted(filenames):
-            stem, ext = os.path.splitext(name)
-            if ext.lower() in VIDEO_EXTENSIONS:
-                found.setdefault(stem.lower(), []).append(Path(dirpath) / name)
+    seen: set[tuple[str, str]] = set()
+    for path, _ in sorted(walk_videos(root), key=lambda t: (t[1], str(t[0]))):
+        if (path.name, os.path.realpath(path)) not in seen:
+            seen.add((path.name, os.path.realpath(path)))
+            found.setdefault(path.stem.lower(), []).append(path)
     return found
 
 
@@ -269,21 +302,27 @@ def _folder_vid(path: Path, base: Path) -> str:
 def list_folder(root: Path) -> Listing:
     """Class sub-folders (optionally under train/val/test) or a CSV/TSV list ``path,label[,split]``."""
     if root.is_file():
+        if root.suffix.lower() not in (".csv", ".tsv", ".tab", ".txt"):
+            raise ValueError(f"{root} is a file, not a folder or a .csv/.tsv list; pass a folder of class "
+                             "sub-folders or a CSV/TSV with rows path,label[,split]")
         return _list_table(root)
-    split_dirs = [root / s for s in SPLIT_NAMES if (root / s).is_dir()]
-    bases = [(d.name, d) for d in split_dirs] if split_dirs else [("train", root)]
-    found: list[tuple[str, str, Path, Path]] = []
-    for split, base in bases:
-        for cls_dir in sorted(p for p in base.iterdir() if p.is_dir()):
-            for paths in index_videos(cls_dir).values():
-                for p in paths:
-                    found.append((split, cls_dir.name, p, root))
-    classes = _class_order({c for _, c, _, _ in found})
-    by_name = {c: i for i, c in enumerate(classes)}
-    listing = Listing(root.name or "folder", classes)
-    for split, cls, p, base in sorted(found, key=lambda t: str(t[2])):
-        vid = _folder_vid(p, base)
-        listing.videos.append(Video(vid, p, split, by_name[cls], cls))
+    named = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}  # any case
+    split_dirs = sorted((named[d.name.lower()], d) for d in root.iterdir() if d.is_dir() and d.name.lower() in named)
+    bases = split_dirs or [("train", root)]
+    walked = [(p, links, split, c.name) for split, base in bases for c in sorted(d for d in base.iterdir() if d.is_dir())
+              for p, links in walk_videos(c, root)]
+    where = {p: (split, cls) for p, _, split, cls in walked}  # path -> (split, class)
+    found = [(p, links) for p, links, _, _ in walked]
+    first = first_paths(found)
+    by_name = {c: i for i, c in enumerate(_class_order({where[p][1] for p in first.values()}))}
+
+    def video(p: Path) -> Video:
+        return Video(_folder_vid(p, root), p, where[p][0], by_name.get(where[p][1], -1), where[p][1])
+
+    listing = Listing(root.name or "folder", list(by_name), split_given=bool(split_dirs))
+    listing.videos = [video(p) for p in sorted(first.values(), key=str)]
+    listing.duplicates = [(video(p), f"duplicate of {first[os.path.realpath(p)]}") for p, _ in found
+                          if first[os.path.realpath(p)] != p]
     return listing
 
 
@@ -296,25 +335,31 @@ def _list_table(table: Path) -> Listing:
     if not rows:
         raise ValueError(f"{table} lists no videos; expected rows 'path,label[,split]'")
     for i, r in enumerate(rows):
-        if len(r) < 2:
+        if len(r) < 2 or not r[1].strip():
             raise ValueError(f"{table} line {i + 1}: expected 'path,label[,split]', got {delim.join(r)!r}")
     classes = _class_order({r[1].strip() for r in rows})
     by_name = {c: i for i, c in enumerate(classes)}
-    listing = Listing(table.stem, classes)
-    base = table.parent
+    listing = Listing(table.stem, classes, split_given=any(len(r) > 2 and r[2].strip() for r in rows))
+    base = table.absolute().parent  # relative paths resolve against the list's folder, not the cwd
+    first: dict[str, Path] = {}
     for r in rows:
         rel = r[0].strip()
         split = r[2].strip() if len(r) > 2 and r[2].strip() else "train"
-        p = Path(rel) if Path(rel).is_absolute() else base / rel
-        vid = Path(rel).as_posix().lstrip("/")
-        cls = r[1].strip()
-        _add(listing, Video(vid, p if p.is_file() else None, split, by_name[cls], cls))
+        p = Path(rel).expanduser() if Path(rel).expanduser().is_absolute() else base / rel
+        video = Video(Path(rel).as_posix().lstrip("/"), p if p.is_file() else None, split, by_name[r[1].strip()],
+                      r[1].strip())
+        if video.path is None:
+            listing.missing.append(video)
+        elif first.setdefault(os.path.realpath(p), p) != p:
+            listing.duplicates.append((video, f"duplicate of {first[os.path.realpath(p)]}"))
+        else:
+            listing.videos.append(video)
     return listing
 
 
 def list_dataset(dataset: str, root: str | Path, split: int = 1) -> Listing:
     """Dispatch on ``dataset`` (one of :data:`DATASETS`) and check the result is not empty."""
-    root = Path(root).expanduser()
+    root = Path(root).expanduser().absolute()
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
     if not root.exists():
@@ -330,12 +375,11 @@ def list_dataset(dataset: str, root: str | Path, split: int = 1) -> Listing:
     else:
         listing = list_folder(root)
     if not listing.videos and not listing.missing:
-        expected = {
-            "ucf101": "UCF-101/<Class>/*.avi and ucfTrainTestlist/",
-            "hmdb51": "<class>/*.avi and testTrainMulti_7030_splits/",
-            "k400": "{train,val,test}.csv (or annotations/) and the videos, flat or in class folders",
-            "ssv2": "<id>.webm and something-something-v2-{train,validation,labels}.json",
-        }.get(dataset, "class sub-folders <class>/<video>, or a CSV/TSV list path,label[,split]")
+        expected = {"ucf101": "UCF-101/<Class>/*.avi and ucfTrainTestlist/",
+                    "hmdb51": "<class>/*.avi and testTrainMulti_7030_splits/",
+                    "k400": "{train,val,test}.csv (or annotations/) and the videos, flat or in class folders",
+                    "ssv2": "<id>.webm and something-something-v2-{train,validation,labels}.json",
+                    }.get(dataset, "class sub-folders <class>/<video>, or a CSV/TSV list path,label[,split]")
         raise ValueError(f"no videos found for {dataset} under {root}; expected {expected}")
     for split in {v.split for v in listing.videos + listing.missing}:
         if not re.fullmatch(r"[a-z0-9_]+", split) or split == "errors":
@@ -345,7 +389,10 @@ def list_dataset(dataset: str, root: str | Path, split: int = 1) -> Listing:
     for kind in ("videos", "missing"):
         kept = []
         for v in getattr(listing, kind):
-            (listing.duplicates if v.video_id in ids else kept).append(v)
+            if v.video_id in ids:
+                listing.duplicates.append((v, "duplicate: video id listed more than once in the annotations"))
+            else:
+                kept.append(v)
             ids.add(v.video_id)
         setattr(listing, kind, kept)
     return listing

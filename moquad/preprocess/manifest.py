@@ -13,6 +13,8 @@ import json
 import os
 import re
 import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from moquad.data.store import ERRORS_SCHEMA, MANIFEST_SCHEMA, SCHEMA_VERSION, read_errors, read_manifest  # noqa: F401  (the format)  # noqa: F401
+from moquad.data.store import ERRORS_SCHEMA, MANIFEST_SCHEMA, SCHEMA_VERSION, read_errors, read_manifest  # noqa: F401
 from moquad.data.store import read_info as read_dataset_info  # noqa: F401
+from moquad.errors import DISK_ERRNOS, disk_error
 
 # fields of a manifest row that only the shard writer knows (not in the sample's .json)
 WRITER_FIELDS = ("shard", "offset", "jpgs_offset")
@@ -36,27 +39,46 @@ def sample_key(video_id: str) -> str:
     return key
 
 
+@contextmanager
+def disk_errors(path: str | Path) -> Iterator[None]:
+    """Turn a full, read-only or forbidden disk while writing ``path`` into a one-line MoquadError."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in DISK_ERRNOS:
+            raise disk_error(e, path) from e
+        raise
+
+
+def _atomic_write(data: Any, path: Path) -> None:
+    """Write bytes (or a buffer) to ``path`` atomically: temp file + fsync + rename; no temp left on failure."""
+    tmp = path.with_name(path.name + ".tmp")
+    with disk_errors(path):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass  # e.g. a read-only disk: nothing was written there either
+            raise
+
+
 def write_table(table: pa.Table, path: str | Path) -> None:
     """Write Parquet atomically (temp file + fsync + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    buf = pa.BufferOutputStream()
+    pq.write_table(table, buf)
+    _atomic_write(memoryview(buf.getvalue()), Path(path))
 
 
 def write_json(obj: Any, path: str | Path) -> None:
     """Write JSON atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    _atomic_write(json.dumps(obj, indent=2, ensure_ascii=False).encode("utf-8"), Path(path))
 
 
 def parts_dir(data_dir: str | Path) -> Path:

@@ -27,7 +27,7 @@ import xxhash
 
 from moquad import __version__
 from moquad.config import PreprocessConfig, to_dict
-from moquad.preprocess import manifest
+from moquad.preprocess import manifest, splits
 from moquad.preprocess.datasets import Listing, Video, list_dataset
 from moquad.preprocess.shards import ShardWriter
 from moquad.preprocess.transcode import VideoError, transcode
@@ -53,6 +53,18 @@ def _validate(cfg: PreprocessConfig) -> None:
         raise ValueError("--limit must be at least 1 (omit it to process everything)")
     if not 1 <= cfg.jpeg_quality <= 100:
         raise ValueError(f"--jpeg-quality {cfg.jpeg_quality} out of range; use 1..100")
+    if cfg.split_ratios is not None and cfg.dataset != "folder":
+        raise ValueError(f"--split-ratios is for folder datasets; {cfg.dataset} has official splits "
+                         "(choose one with --split)")
+    splits.check(tuple(cfg.split_ratios) if cfg.split_ratios is not None else None, cfg.group_by)
+
+
+def list_and_split(cfg: PreprocessConfig) -> tuple[Listing, dict[str, Any]]:
+    """The listing with each video's split set, and the record of how the split was made."""
+    listing = list_dataset(cfg.dataset, cfg.root, cfg.split)
+    if cfg.split_ratios is None:
+        return listing, splits.describe(listing, cfg.dataset, cfg.split)
+    return listing, splits.assign(listing, tuple(cfg.split_ratios), cfg.seed, cfg.group_by)
 
 
 def plan(listing: Listing, cfg: PreprocessConfig) -> dict[str, list[Video]]:
@@ -104,33 +116,41 @@ def _settings(cfg: PreprocessConfig, encoder: str) -> dict[str, Any]:
     return d
 
 
-def _prepare(out: Path, cfg: PreprocessConfig, listing: Listing, encoder: str) -> None:
-    """Create the folder, or check a previous run there used the same settings (resume)."""
+def _prepare(out: Path, cfg: PreprocessConfig, listing: Listing, encoder: str, split: dict[str, Any]) -> None:
+    """Create the folder, or check a previous run there used the same settings (resume).
+
+    Every setting but the machine-specific ones defines the data (``split_ratios``, ``group_by``
+    and ``seed`` decide each video's split), so a change is refused; a key an older moquad did not
+    write counts as its default (None).
+    """
     pdir = manifest.parts_dir(out)
     settings = _settings(cfg, encoder)
     for f in sorted(pdir.glob("config-*.json")) if pdir.is_dir() else []:
         old = json.loads(f.read_text())["settings"]
-        if old != settings:
-            diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+        diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+        if diff:
             raise ValueError(f"{out} holds a run with different settings ({', '.join(diff)}); "
                              "re-run with the same settings to resume, or use a new --out")
     manifest.write_json({"settings": settings, "name": listing.name, "classes": listing.classes,
-                         "config": to_dict(cfg)}, pdir / f"config-{cfg.part:03d}.json")
-    (pdir / f"done-{cfg.part:03d}.json").unlink(missing_ok=True)  # written again when this run ends
-    (out / "shards").mkdir(parents=True, exist_ok=True)
+                         "config": to_dict(cfg), "split": split}, pdir / f"config-{cfg.part:03d}.json")
+    with manifest.disk_errors(out):
+        (pdir / f"done-{cfg.part:03d}.json").unlink(missing_ok=True)  # written again when this run ends
+        (out / "shards").mkdir(parents=True, exist_ok=True)
 
 
-def _resume_state(out: Path, part: int) -> tuple[set[str], dict[str, int], int]:
-    """Clean this part's uncommitted files; return done ids, next shard index per split, next error index."""
-    for tmp in (out / "shards").glob(f"*-{part:03d}-*.tmp"):
-        tmp.unlink()
+def _resume_state(out: Path, part: int) -> tuple[dict[str, str], dict[str, int], int]:
+    """Clean this part's uncommitted files; return done id -> split, next shard index per split, next error index."""
     pdir = manifest.parts_dir(out)
     recorded = {f.stem for f in pdir.glob(f"*-{part:03d}-*.parquet")}
-    for shard in (out / "shards").glob(f"*-{part:03d}-*.tar"):
-        if shard.stem not in recorded:  # renamed but not recorded: redo its videos
-            shard.unlink()
+    with manifest.disk_errors(out / "shards"):
+        for tmp in (out / "shards").glob(f"*-{part:03d}-*.tmp"):
+            tmp.unlink()
+        for shard in (out / "shards").glob(f"*-{part:03d}-*.tar"):
+            if shard.stem not in recorded:  # renamed but not recorded: redo its videos
+                shard.unlink()
     ok, bad = manifest.read_records(out, part)
-    done = set(ok.column("video_id").to_pylist()) | set(bad.column("video_id").to_pylist())
+    done = dict(zip(bad.column("video_id").to_pylist(), bad.column("split").to_pylist()))
+    done.update(zip(ok.column("video_id").to_pylist(), ok.column("split").to_pylist()))
     next_shard: dict[str, int] = {}
     next_err = 0
     for stem in recorded:
@@ -175,15 +195,15 @@ def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = F
     """
     _validate(cfg)
     t0 = time.perf_counter()
-    listing = list_dataset(cfg.dataset, cfg.root, cfg.split)
+    listing, split_record = list_and_split(cfg)
     out = Path(cfg.out).expanduser()
-    _prepare(out, cfg, listing, encoder)
+    _prepare(out, cfg, listing, encoder, split_record)
     todo_by_split = plan(listing, cfg)
     done, next_shard, err_index = _resume_state(out, cfg.part)
+    splits.check_unmoved([v for vs in todo_by_split.values() for v in vs], done, out)
     pending_errors: list[dict[str, Any]] = []
     if cfg.part == 0:
-        pending_errors += [_error_row(v, "duplicate: video id listed more than once in the annotations")
-                           for v in listing.duplicates if v.video_id not in done]
+        pending_errors += [_error_row(v, reason) for v, reason in listing.duplicates if v.video_id not in done]
     work: list[Video] = []
     for videos in todo_by_split.values():
         for v in videos:
@@ -265,7 +285,8 @@ def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = F
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-    summary = _part_summary(out, cfg.part, listing, time.perf_counter() - t0)
+    names = set(split_record["videos"]) | {v.split for v in listing.videos + listing.missing}
+    summary = _part_summary(out, cfg.part, names, time.perf_counter() - t0)
     manifest.write_json(summary, manifest.parts_dir(out) / f"done-{cfg.part:03d}.json")
     if all((manifest.parts_dir(out) / f"done-{p:03d}.json").is_file() for p in range(cfg.num_parts)):
         summary["merged"] = merge(out, quiet=True)
@@ -279,6 +300,9 @@ def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = F
 
             Console().print(f"part {cfg.part} done; once all {cfg.num_parts} parts finished, run "
                             f"`moquad preprocess {cfg.dataset} {cfg.root} --out {out} --merge`")
+        if split_record["method"] == "none":
+            print("note: every video is in the train split; retrieve, linear and finetune need a test split: "
+                  "preprocess again into a new --out with --split-ratios 0.8,0.2")
     return summary
 
 
@@ -297,11 +321,12 @@ def _count(ok: pa.Table, bad: pa.Table) -> dict[str, Any]:
     return {"splits": dict(sorted(splits.items())), **totals}
 
 
-def _part_summary(out: Path, part: int, listing: Listing, wall: float) -> dict[str, Any]:
+def _part_summary(out: Path, part: int, split_names: set[str], wall: float) -> dict[str, Any]:
+    """This part's counts; ``splits_listed`` = every split of the listing (merge writes a manifest for each)."""
     ok, bad = manifest.read_records(out, part)
     shard_bytes = sum(p.stat().st_size for p in (out / "shards").glob(f"*-{part:03d}-*.tar"))
     return {"out": str(out), "part": part, **_count(ok, bad), "shard_bytes": shard_bytes,
-            "wall_s": round(wall, 3), "splits_listed": sorted({v.split for v in listing.videos + listing.missing})}
+            "wall_s": round(wall, 3), "splits_listed": sorted(split_names)}
 
 
 def merge(out_dir: str | Path, *, quiet: bool = False) -> dict[str, Any]:
@@ -318,14 +343,14 @@ def merge(out_dir: str | Path, *, quiet: bool = False) -> dict[str, Any]:
         raise ValueError(f"parts {', '.join(map(str, missing))} of {num_parts} have not finished; run them "
                          f"(same settings, --part I) before merging")
     ok, bad = manifest.read_records(out)
-    splits = set()
+    names: set[str] = set()
     wall = 0.0
     for p in range(num_parts):
         done = json.loads((pdir / f"done-{p:03d}.json").read_text())
-        splits |= set(done.get("splits_listed", []))
+        names |= set(done.get("splits_listed", []))
         wall = max(wall, done.get("wall_s", 0.0))
-    splits |= set(ok.column("split").to_pylist())
-    for split in sorted(splits):
+    names |= set(ok.column("split").to_pylist())
+    for split in sorted(names):
         rows = ok.filter(pc.equal(ok.column("split"), split))
         rows = rows.sort_by([("shard", "ascending"), ("offset", "ascending")])
         manifest.write_table(rows, out / "manifests" / f"{split}.parquet")
@@ -335,8 +360,8 @@ def merge(out_dir: str | Path, *, quiet: bool = False) -> dict[str, Any]:
     cfg_dict = dict(meta["config"])
     cfg_dict.update({"part": 0, "encoder": meta["settings"]["encoder"]})
     info = {"schema_version": manifest.SCHEMA_VERSION, "name": meta["name"], "classes": meta["classes"],
-            "splits": {s: counts["splits"].get(s, {}).get("ok", 0) for s in sorted(splits)},
-            "preprocess": cfg_dict, "moquad_version": __version__,
+            "splits": {s: counts["splits"].get(s, {}).get("ok", 0) for s in sorted(names)},
+            "split": meta.get("split"), "preprocess": cfg_dict, "moquad_version": __version__,
             "counts": counts["splits"], "errors": counts["failed"], "missing": counts["missing"]}
     manifest.write_json(info, out / "dataset.json")
     shard_bytes = sum(p.stat().st_size for p in (out / "shards").glob("*.tar"))

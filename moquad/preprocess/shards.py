@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from moquad.preprocess import manifest
-from moquad.preprocess.manifest import sample_key
+from moquad.preprocess.manifest import disk_errors, sample_key
 
 
 def shard_name(split: str, part: int, index: int) -> str:
@@ -50,9 +50,13 @@ class ShardWriter:
     def rel_path(self) -> str:
         return f"shards/{shard_name(self.split, self.part, self.index)}"
 
+    @property
+    def _tmp(self) -> Path:
+        return self.data_dir / (self.rel_path + ".tmp")
+
     def _open(self) -> None:
-        tmp = self.data_dir / (self.rel_path + ".tmp")
-        self._fh = open(tmp, "wb")  # noqa: SIM115 - closed in commit()
+        with disk_errors(self.data_dir / self.rel_path):
+            self._fh = open(self._tmp, "wb")  # noqa: SIM115 - closed in commit()
         self._tar = tarfile.open(fileobj=self._fh, mode="w", format=tarfile.PAX_FORMAT)
         self._rows = []
 
@@ -70,11 +74,12 @@ class ShardWriter:
         meta = json.dumps(row, ensure_ascii=False, sort_keys=True).encode("utf-8")
         tar = self._tar
         offset = tar.offset
-        info = _tarinfo(f"{key}.json", len(meta))
-        tar.addfile(info, io.BytesIO(meta))
-        info = _tarinfo(f"{key}.jpgs", len(jpgs))
-        jpgs_offset = tar.offset + len(info.tobuf(tar.format, tar.encoding, tar.errors))
-        tar.addfile(info, io.BytesIO(jpgs))
+        with disk_errors(self.data_dir / self.rel_path):
+            info = _tarinfo(f"{key}.json", len(meta))
+            tar.addfile(info, io.BytesIO(meta))
+            info = _tarinfo(f"{key}.jpgs", len(jpgs))
+            jpgs_offset = tar.offset + len(info.tobuf(tar.format, tar.encoding, tar.errors))
+            tar.addfile(info, io.BytesIO(jpgs))
         full = {**row, "shard": self.rel_path, "offset": offset, "jpgs_offset": jpgs_offset}
         self._rows.append(full)
         return full
@@ -83,13 +88,18 @@ class ShardWriter:
         """Finish the open shard: close, fsync, rename to ``.tar``, then record its rows."""
         if self._tar is None or self._fh is None:
             return
-        self._tar.close()
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self._fh.close()
         final = self.data_dir / self.rel_path
-        os.replace(str(final) + ".tmp", final)
-        manifest.write_record(self.data_dir, self.split, self.part, self.index, self._rows)
+        with disk_errors(self.data_dir / self.rel_path):
+            self._tar.close()
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+            os.replace(self._tmp, final)
+        try:
+            manifest.write_record(self.data_dir, self.split, self.part, self.index, self._rows)
+        except BaseException:
+            final.unlink(missing_ok=True)  # not recorded = not committed; its videos are redone
+            raise
         self.committed.append(self.rel_path)
         self._tar, self._fh, self._rows = None, None, []
         self.index += 1
@@ -97,6 +107,9 @@ class ShardWriter:
     def abort(self) -> None:
         """Drop the open shard (its videos were never recorded, so a re-run redoes them)."""
         if self._fh is not None:
-            self._fh.close()
-            Path(str(self.data_dir / self.rel_path) + ".tmp").unlink(missing_ok=True)
+            try:
+                self._fh.close()
+            except OSError:
+                pass  # a full disk refuses the last flush; the file is deleted anyway
+            self._tmp.unlink(missing_ok=True)
         self._tar, self._fh, self._rows = None, None, []

@@ -10,7 +10,6 @@ one-line :class:`MoquadError` ``CKPT is not a moquad checkpoint (<reason>)``.
 from __future__ import annotations
 
 import functools
-import os
 import re
 import subprocess
 import warnings
