@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import errno
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -66,3 +68,14 @@ def user_message(e: BaseException) -> str | None:
         text = str(e).strip()
         return text.splitlines()[0] if text else type(e).__name__
     return None
+
+
+@contextmanager
+def disk_errors(path: str | Path, resume_hint: str = "re-run the same command to resume") -> Iterator[None]:
+    """Turn a full, read-only or forbidden disk while writing ``path`` into the one-line :func:`disk_error`."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in DISK_ERRNOS:
+            raise disk_error(e, path, resume_hint) from e
+        raise

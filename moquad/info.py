@@ -3,7 +3,7 @@
 :func:`report` returns plain numbers (per split: videos, classes, frames, hours, bytes, class
 balance, video lengths, videos each dilation cannot fit; errors by reason); :func:`print_report`
 shows them as rich tables and :func:`plot_report` draws them to one PNG. Everything is read
-through ``moquad.preprocess.manifest`` (``read_dataset_info``, ``read_manifest``, ``read_errors``).
+through ``moquad.data.store`` (``read_info``, ``read_manifest``, ``read_errors``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from moquad.data.sampling import clip_span
-from moquad.preprocess.manifest import disk_errors, read_dataset_info, read_errors, read_manifest, write_json
+from moquad.data.store import read_errors, read_info, read_manifest
+from moquad.errors import disk_errors
+from moquad.preprocess.manifest import write_json
 
 PERCENTILES = (0, 10, 25, 50, 75, 90, 100)
 SPLIT_ORDER = ("train", "val", "test")
@@ -86,7 +88,7 @@ def report(data_dir: str | Path, frames: int, dilations: Sequence[int]) -> dict[
     if frames < 1 or not dilations or min(dilations) < 1:
         raise ValueError(f"--frames {frames} / --dilations {list(dilations)}: use positive numbers, e.g. "
                          "--frames 16 --dilations 1,2,4")
-    info = read_dataset_info(data_dir)
+    info = read_info(data_dir)
     classes = list(info.get("classes", []))
     names = sorted(info.get("splits", {}), key=lambda s: (SPLIT_ORDER.index(s) if s in SPLIT_ORDER else 9, s))
     splits = {s: _split_stats(data_dir, s, classes, frames, dilations) for s in names}

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from moquad.errors import DISK_ERRNOS, disk_error
+from moquad.errors import disk_errors
 
 
 def temp_path(path: Path) -> Path:
@@ -27,18 +27,20 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None],
     """Call ``write(f)`` on a temp file, fsync it and rename it to ``path``."""
     path = Path(path)
     tmp = temp_path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
-            raise disk_error(e, path, resume_hint) from e
-        raise
+    with disk_errors(path, resume_hint):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass  # e.g. a read-only disk: nothing was written there either
+            raise
     return path
 
 

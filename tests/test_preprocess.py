@@ -17,8 +17,9 @@ import webdataset as wds
 from test_preprocess_layouts import make_hmdb51, make_k400, make_ssv2, make_ucf101, pyav_count
 
 from moquad.config import PreprocessConfig
-from moquad.data.store import Split, decode_frames
-from moquad.preprocess.manifest import read_dataset_info, read_errors, read_manifest, shard_paths, verify
+from moquad.data.store import Split, decode_frames, read_errors, read_manifest
+from moquad.data.store import read_info as read_dataset_info
+from moquad.preprocess.manifest import shard_paths, verify
 from moquad.preprocess.run import merge, preprocess
 
 

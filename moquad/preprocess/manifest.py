@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import tarfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from moquad.data.store import ERRORS_SCHEMA, MANIFEST_SCHEMA, SCHEMA_VERSION, read_errors, read_manifest  # noqa: F401
-from moquad.data.store import read_info as read_dataset_info  # noqa: F401
-from moquad.errors import DISK_ERRNOS, disk_error
+from moquad.data.store import ERRORS_SCHEMA, MANIFEST_SCHEMA, read_errors, read_info, read_manifest
+from moquad.io import atomic_write_bytes
 
 # fields of a manifest row that only the shard writer knows (not in the sample's .json)
 WRITER_FIELDS = ("shard", "offset", "jpgs_offset")
@@ -39,46 +35,16 @@ def sample_key(video_id: str) -> str:
     return key
 
 
-@contextmanager
-def disk_errors(path: str | Path) -> Iterator[None]:
-    """Turn a full, read-only or forbidden disk while writing ``path`` into a one-line MoquadError."""
-    try:
-        yield
-    except OSError as e:
-        if e.errno in DISK_ERRNOS:
-            raise disk_error(e, path) from e
-        raise
-
-
-def _atomic_write(data: Any, path: Path) -> None:
-    """Write bytes (or a buffer) to ``path`` atomically: temp file + fsync + rename; no temp left on failure."""
-    tmp = path.with_name(path.name + ".tmp")
-    with disk_errors(path):
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass  # e.g. a read-only disk: nothing was written there either
-            raise
-
-
 def write_table(table: pa.Table, path: str | Path) -> None:
     """Write Parquet atomically (temp file + fsync + rename)."""
     buf = pa.BufferOutputStream()
     pq.write_table(table, buf)
-    _atomic_write(memoryview(buf.getvalue()), Path(path))
+    atomic_write_bytes(path, memoryview(buf.getvalue()))
 
 
 def write_json(obj: Any, path: str | Path) -> None:
     """Write JSON atomically."""
-    _atomic_write(json.dumps(obj, indent=2, ensure_ascii=False).encode("utf-8"), Path(path))
+    atomic_write_bytes(path, json.dumps(obj, indent=2, ensure_ascii=False).encode("utf-8"))
 
 
 def parts_dir(data_dir: str | Path) -> Path:
@@ -173,7 +139,7 @@ def verify(data_dir: str | Path) -> list[str]:
     data_dir = Path(data_dir)
     problems: list[str] = []
     try:
-        info = read_dataset_info(data_dir)
+        info = read_info(data_dir)
     except (FileNotFoundError, ValueError) as e:
         return [str(e)]
     rows_by_shard: dict[str, dict[str, dict[str, Any]]] = {}

@@ -27,6 +27,8 @@ import xxhash
 
 from moquad import __version__
 from moquad.config import PreprocessConfig, to_dict
+from moquad.data.store import SCHEMA_VERSION
+from moquad.errors import disk_errors
 from moquad.preprocess import manifest, splits
 from moquad.preprocess.datasets import Listing, Video, list_dataset
 from moquad.preprocess.shards import ShardWriter
@@ -133,7 +135,7 @@ def _prepare(out: Path, cfg: PreprocessConfig, listing: Listing, encoder: str, s
                              "re-run with the same settings to resume, or use a new --out")
     manifest.write_json({"settings": settings, "name": listing.name, "classes": listing.classes,
                          "config": to_dict(cfg), "split": split}, pdir / f"config-{cfg.part:03d}.json")
-    with manifest.disk_errors(out):
+    with disk_errors(out):
         (pdir / f"done-{cfg.part:03d}.json").unlink(missing_ok=True)  # written again when this run ends
         (out / "shards").mkdir(parents=True, exist_ok=True)
 
@@ -142,7 +144,7 @@ def _resume_state(out: Path, part: int) -> tuple[dict[str, str], dict[str, int],
     """Clean this part's uncommitted files; return done id -> split, next shard index per split, next error index."""
     pdir = manifest.parts_dir(out)
     recorded = {f.stem for f in pdir.glob(f"*-{part:03d}-*.parquet")}
-    with manifest.disk_errors(out / "shards"):
+    with disk_errors(out / "shards"):
         for tmp in (out / "shards").glob(f"*-{part:03d}-*.tmp"):
             tmp.unlink()
         for shard in (out / "shards").glob(f"*-{part:03d}-*.tar"):
@@ -359,7 +361,7 @@ def merge(out_dir: str | Path, *, quiet: bool = False) -> dict[str, Any]:
     counts = _count(ok, bad)
     cfg_dict = dict(meta["config"])
     cfg_dict.update({"part": 0, "encoder": meta["settings"]["encoder"]})
-    info = {"schema_version": manifest.SCHEMA_VERSION, "name": meta["name"], "classes": meta["classes"],
+    info = {"schema_version": SCHEMA_VERSION, "name": meta["name"], "classes": meta["classes"],
             "splits": {s: counts["splits"].get(s, {}).get("ok", 0) for s in sorted(names)},
             "split": meta.get("split"), "preprocess": cfg_dict, "moquad_version": __version__,
             "counts": counts["splits"], "errors": counts["failed"], "missing": counts["missing"]}

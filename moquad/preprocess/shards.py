@@ -16,8 +16,9 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+from moquad.errors import disk_errors
 from moquad.preprocess import manifest
-from moquad.preprocess.manifest import disk_errors, sample_key
+from moquad.preprocess.manifest import sample_key
 
 
 def shard_name(split: str, part: int, index: int) -> str:
