@@ -55,9 +55,9 @@ a training video.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
-import av
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
@@ -259,6 +259,8 @@ def _render_directions(name: str, background: Image.Image, rng: np.random.Genera
 
 
 def _write_avi(path: Path, frames: np.ndarray) -> None:
+    import av  # only here: the in-memory generator (synth_videos) needs no video codec
+
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp.avi")
     with av.open(str(tmp), "w", format="avi") as container:
@@ -274,17 +276,9 @@ def _write_avi(path: Path, frames: np.ndarray) -> None:
     tmp.replace(path)
 
 
-def make_synth(
-    out: str | Path, classes: int = 4, per_class: int = 8, size: int = 64, frames: int = 48, seed: int = 0,
-    objects: int = 3, kind: str = "types",
-) -> Path:
-    """Write the dataset under ``out`` and return ``out``.
-
-    The first ``classes`` classes of family ``kind`` (``MOTIONS``: 1..5, ``DIRECTIONS``: 1..8; see the
-    module docstring for which are well posed under flips) with ``per_class`` videos each, ``size`` x
-    ``size`` pixels, ``frames`` frames at 25 fps, ``objects`` objects per video (all with the video's
-    motion, each with its own texture, shape and position). Deterministic for a given seed.
-    """
+def synth_videos(classes: int = 4, per_class: int = 8, size: int = 64, frames: int = 48, seed: int = 0,
+                 objects: int = 3, kind: str = "types") -> Iterator[tuple[str, int, bool, np.ndarray]]:
+    """The videos of :func:`make_synth`, in memory: ``(UCF101-style relative path, label 1.., test?, frames)``."""
     if kind not in KINDS:
         raise ValueError(f"--kind must be one of {', '.join(KINDS)} (got {kind!r})")
     all_names = MOTIONS if kind == "types" else DIRECTIONS
@@ -296,22 +290,38 @@ def make_synth(
         raise ValueError(f"--objects must be at least 1 (got {objects})")
     if size < 16 or frames < 2:
         raise ValueError("--size must be >= 16 pixels and --frames >= 2")
-    out = Path(out)
-    names = all_names[:classes]
     scene, render = (_background, _render) if kind == "types" else (_natural_background, _render_directions)
     n_groups = math.ceil(per_class / CLIPS_PER_GROUP)
     n_test_groups = max(1, min(n_groups - 1, round(n_groups * 0.3)))
     rng = np.random.default_rng(seed)
-    train, test = [], []
-    for label, name in enumerate(names, start=1):
+    for label, name in enumerate(all_names[:classes], start=1):
         background = None
         for j in range(per_class):
             g, c = j // CLIPS_PER_GROUP + 1, j % CLIPS_PER_GROUP + 1
             if c == 1:  # the clips of a group share their scene, as in UCF101
                 background = scene(rng, size)
             rel = f"{name}/v_{name}_g{g:02d}_c{c:02d}.avi"
-            _write_avi(out / "UCF-101" / rel, render(name, background, rng, size, frames, objects))
-            (test.append(rel) if g <= n_test_groups else train.append(f"{rel} {label}"))
+            yield rel, label, g <= n_test_groups, render(name, background, rng, size, frames, objects)
+
+
+def make_synth(
+    out: str | Path, classes: int = 4, per_class: int = 8, size: int = 64, frames: int = 48, seed: int = 0,
+    objects: int = 3, kind: str = "types",
+) -> Path:
+    """Write the dataset under ``out`` and return ``out``.
+
+    The first ``classes`` classes of family ``kind`` (``MOTIONS``: 1..5, ``DIRECTIONS``: 1..8; see the
+    module docstring for which are well posed under flips) with ``per_class`` videos each, ``size`` x
+    ``size`` pixels, ``frames`` frames at 25 fps, ``objects`` objects per video (all with the video's
+    motion, each with its own texture, shape and position). Deterministic for a given seed.
+    """
+    out = Path(out)
+    videos = synth_videos(classes, per_class, size, frames, seed, objects, kind)
+    train, test = [], []
+    for rel, label, is_test, video in videos:
+        _write_avi(out / "UCF-101" / rel, video)
+        (test.append(rel) if is_test else train.append(f"{rel} {label}"))
+    names = (MOTIONS if kind == "types" else DIRECTIONS)[:classes]
     lists = out / "ucfTrainTestlist"
     lists.mkdir(parents=True, exist_ok=True)
     (lists / "classInd.txt").write_text("".join(f"{i} {n}\n" for i, n in enumerate(names, start=1)))

@@ -7,19 +7,12 @@ read back from loader output which video and which frame each pixel came from:
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import pyarrow.compute as pc
-import simplejpeg
-import xxhash
 
-from moquad.data.store import SCHEMA_VERSION
-from moquad.preprocess import manifest
-from moquad.preprocess.shards import ShardWriter
+from moquad.preprocess.shards import write_frames
 
 
 def coded_video(video: int, num_frames: int, height: int = 32, width: int = 40) -> np.ndarray:
@@ -49,39 +42,10 @@ def write_dataset(
     fps: float = 30.0,
     classes: Sequence[str] | None = None,
 ) -> Path:
-    """Write ``(video_id, frames uint8 (T, H, W, 3), label)`` as shards + manifest + dataset.json.
-
-    ``videos_per_shard`` videos go in each shard (``ShardWriter``, as ``moquad preprocess`` writes them).
-    Calling it again with another ``split`` adds that split. Class names: ``classes[label]``, else ``class{label}``.
-    """
-    name = (lambda label: classes[label]) if classes else (lambda label: f"class{label}")
-    out = Path(out)
-    writer = ShardWriter(out, split, 0, 0, max_bytes=1 << 40)
-    for n, (video_id, frames, label) in enumerate(videos):
-        jpegs = [simplejpeg.encode_jpeg(np.ascontiguousarray(f), quality=quality) for f in frames]
-        payload = b"".join(jpegs)
-        writer.add({
-            "video_id": video_id, "split": split, "label": int(label), "class_name": name(int(label)),
-            "source_path": f"{video_id}.avi", "jpgs_size": len(payload), "num_frames": len(frames), "fps": fps,
-            "width": int(frames.shape[2]), "height": int(frames.shape[1]),
-            "frame_offsets": np.concatenate([[0], np.cumsum([len(j) for j in jpegs])]).tolist(),
-            "checksum": hashlib.sha256(payload).hexdigest(), "xxh3": xxhash.xxh3_128_hexdigest(payload),
-        }, payload)
-        if (n + 1) % videos_per_shard == 0:
-            writer.commit()
-    writer.commit()
-    ok, _ = manifest.read_records(out)
-    rows = ok.filter(pc.equal(ok.column("split"), split)).sort_by([("shard", "ascending"), ("offset", "ascending")])
-    manifest.write_table(rows, out / "manifests" / f"{split}.parquet")
-    info_path = out / "dataset.json"
-    info = json.loads(info_path.read_text()) if info_path.is_file() else {
-        "schema_version": SCHEMA_VERSION, "name": out.name, "classes": [], "splits": {}, "preprocess": {},
-        "moquad_version": "test",
-    }
-    info["classes"] = list(classes) if classes else sorted(set(info["classes"]) | {name(int(v[2])) for v in videos})
-    info["splits"][split] = len(videos)
-    manifest.write_json(info, info_path)
-    return out
+    """``moquad.preprocess.shards.write_frames`` with class names ``class{label}`` unless ``classes`` is given."""
+    classes = classes or [f"class{i}" for i in range(max(int(v[2]) for v in videos) + 1)]
+    return write_frames(out, videos, split=split, classes=classes, videos_per_shard=videos_per_shard, quality=quality,
+                        fps=fps)
 
 
 def coded_dataset(

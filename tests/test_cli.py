@@ -93,6 +93,8 @@ def different(tp, value, rules):
     tp, _ = C.unwrap_optional(tp)
     if rules.get("choices"):
         new = next(c for c in rules["choices"] if c != value)
+    elif typing.get_origin(tp) is tuple and value is None:  # an optional tuple, e.g. split_ratios
+        new = (0.5, 0.5)
     elif typing.get_origin(tp) is tuple:
         new = value[:-1] if len(value) > 2 else tuple(v / 2 for v in value)
     elif tp is bool:

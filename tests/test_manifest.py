@@ -10,6 +10,7 @@ import pytest
 from test_preprocess_layouts import make_ucf101
 
 from moquad.config import PreprocessConfig
+from moquad.data import store
 from moquad.preprocess import manifest as M
 from moquad.preprocess.run import preprocess
 
@@ -32,23 +33,23 @@ def copy(clean, tmp_path):
 
 
 def test_readers_and_schema(clean):
-    info = M.read_dataset_info(clean)
-    assert info["schema_version"] == M.SCHEMA_VERSION and info["name"] == "ucf101"
-    table = M.read_manifest(clean, "train")
-    assert table.schema.equals(M.MANIFEST_SCHEMA)
+    info = store.read_info(clean)
+    assert info["schema_version"] == store.SCHEMA_VERSION and info["name"] == "ucf101"
+    table = store.read_manifest(clean, "train")
+    assert table.schema.equals(store.MANIFEST_SCHEMA)
     assert table.num_rows == info["splits"]["train"]
     paths = M.shard_paths(clean, "train")
     assert paths == sorted(paths) and all(p.is_file() and p.name.startswith("train-000-") for p in paths)
-    assert M.read_errors(clean).num_rows == 0
+    assert store.read_errors(clean).num_rows == 0
     with pytest.raises(FileNotFoundError, match="available: test, train"):
-        M.read_manifest(clean, "val")
+        store.read_manifest(clean, "val")
     with pytest.raises(FileNotFoundError, match="run `moquad preprocess"):
-        M.read_dataset_info(clean / "nope")
+        store.read_info(clean / "nope")
     assert M.verify(clean) == []
 
 
 def _first(out, split="train"):
-    return M.read_manifest(out, split).to_pylist()[0]
+    return store.read_manifest(out, split).to_pylist()[0]
 
 
 def test_verify_detects_corrupted_payload(copy):
@@ -63,11 +64,11 @@ def test_verify_detects_corrupted_payload(copy):
 
 
 def test_verify_detects_wrong_offsets_and_frame_index(copy):
-    table = M.read_manifest(copy, "train")
+    table = store.read_manifest(copy, "train")
     rows = table.to_pylist()
     rows[0]["jpgs_offset"] += 512
     rows[1]["frame_offsets"] = rows[1]["frame_offsets"][:-1]
-    M.write_table(pa.Table.from_pylist(rows, schema=M.MANIFEST_SCHEMA), copy / "manifests" / "train.parquet")
+    M.write_table(pa.Table.from_pylist(rows, schema=store.MANIFEST_SCHEMA), copy / "manifests" / "train.parquet")
     problems = "\n".join(M.verify(copy))
     assert "jpgs_offset" in problems and rows[0]["video_id"] in problems
     assert "frame offsets for num_frames" in problems or "disagrees" in problems
@@ -85,8 +86,8 @@ def test_verify_detects_missing_orphan_and_leftovers(copy):
 
 
 def test_verify_detects_dropped_and_duplicated_rows(copy):
-    rows = M.read_manifest(copy, "train").to_pylist()
-    M.write_table(pa.Table.from_pylist(rows[2:] + rows[2:3], schema=M.MANIFEST_SCHEMA),
+    rows = store.read_manifest(copy, "train").to_pylist()
+    M.write_table(pa.Table.from_pylist(rows[2:] + rows[2:3], schema=store.MANIFEST_SCHEMA),
                   copy / "manifests" / "train.parquet")
     problems = "\n".join(M.verify(copy))
     assert "orphan" in problems  # dropped rows: their samples (or whole shard) are not in the manifest
@@ -96,8 +97,8 @@ def test_verify_detects_dropped_and_duplicated_rows(copy):
 
 
 def test_verify_detects_labels_outside_the_classes(copy):
-    rows = M.read_manifest(copy, "test").to_pylist()
+    rows = store.read_manifest(copy, "test").to_pylist()
     rows[0]["label"] = 7
-    M.write_table(pa.Table.from_pylist(rows, schema=M.MANIFEST_SCHEMA), copy / "manifests" / "test.parquet")
+    M.write_table(pa.Table.from_pylist(rows, schema=store.MANIFEST_SCHEMA), copy / "manifests" / "test.parquet")
     problems = "\n".join(M.verify(copy))
     assert "label 7" in problems and "does not match dataset.json classes" in problems

@@ -17,8 +17,7 @@ import webdataset as wds
 from test_preprocess_layouts import make_hmdb51, make_k400, make_ssv2, make_ucf101, pyav_count
 
 from moquad.config import PreprocessConfig
-from moquad.data.store import Split, decode_frames, read_errors, read_manifest
-from moquad.data.store import read_info as read_dataset_info
+from moquad.data.store import SCHEMA_VERSION, Split, decode_frames, read_errors, read_info, read_manifest
 from moquad.preprocess.manifest import shard_paths, verify
 from moquad.preprocess.run import merge, preprocess
 
@@ -29,7 +28,7 @@ def _cfg(root, out, **kw) -> PreprocessConfig:
 
 
 def _videos(out) -> dict[str, dict]:
-    info = read_dataset_info(out)
+    info = read_info(out)
     rows = {}
     for split in info["splits"]:
         for r in read_manifest(out, split).to_pylist():
@@ -57,8 +56,8 @@ def test_counts_labels_splits_frames_match_direct_decode(ucf):
         assert (r["split"], r["label"], r["class_name"]) == (e["split"], e["label"], e["class_name"])
         assert r["num_frames"] == pyav_count(str(e["path"]))
         assert min(r["width"], r["height"]) == 32 and r["width"] % 2 == 0 and r["height"] % 2 == 0
-    info = read_dataset_info(out)
-    assert info["classes"] == ["CartWheel", "Wave"] and info["schema_version"] == 1
+    info = read_info(out)
+    assert info["classes"] == ["CartWheel", "Wave"] and info["schema_version"] == SCHEMA_VERSION
     assert info["splits"] == {"train": 6, "test": 2} or info["splits"] == {"test": 2, "train": 6}
     assert info["preprocess"]["short_side"] == 32
     assert summary["ok"] == 8 and summary["failed"] == 6 and summary["missing"] == 1
@@ -165,7 +164,7 @@ def test_k400_missing_videos_are_counted_not_fatal(real_videos_dir, tmp_path):
     make_k400(tmp_path / "k", real_videos_dir)
     s = preprocess(_cfg(tmp_path / "k", tmp_path / "o", dataset="k400"), quiet=True)
     assert (s["ok"], s["missing"], s["failed"]) == (3, 1, 0)
-    assert read_dataset_info(tmp_path / "o")["splits"] == {"train": 2, "val": 1}
+    assert read_info(tmp_path / "o")["splits"] == {"train": 2, "val": 1}
     assert read_errors(tmp_path / "o").column("reason").to_pylist()[0].startswith("missing")
 
 

@@ -1,0 +1,269 @@
+"""GPU throughput: the training step (SimCLR base vs MoQuad), end-to-end ``moquad pretrain`` from shards in its
+three data paths, and the GPU JPEG decoder. Run on a CUDA machine: ``python benchmarks/bench_gpu.py``.
+
+1. **Step**: R3D-18, bf16 autocast, LARS, forward + loss + backward + step on random normalised clips, at
+   16x112^2 (batch 32 per GPU, the paper's 256 over 8 GPUs) and 16x224^2 (batch 16), with and without
+   ``channels_last_3d``; median of ``--steps`` steps after 3 warm-up steps (CUDA events). MoQuad feeds 4
+   clips per video, the SimCLR base 2: the ratio's floor is 2x.
+2. **End to end**: ``moquad pretrain`` as a user runs it (subprocess, ``--workers 16``, 16x112^2, batch 32,
+   one epoch of the dataset below), in the three data paths: augmentation in the workers (``workers``),
+   ``--augment-on-device`` (``device``) and ``--set loader.decode_on_device=true`` (``gpu-decode``). Clips/s
+   and the data-wait fraction come from the run's log.jsonl (steps after the 5th); GPU-busy % is the mean
+   NVML utilisation sampled every 100 ms over the same steps. The page cache is dropped before each run
+   when this process may do so (root in a VM), so shards are read from disk.
+3. **Decode**: the loader alone, batches consumed by ``to_model`` on the GPU (no network): clips/s and CPU
+   cores used (the workers' and this process's CPU time over wall time), CPU decode (``device``) against GPU
+   decode (``gpu-decode``).
+
+Dataset: ``moquad synth`` videos rendered at 128 px (``--videos``, 64 frames, types family) written with
+``moquad.preprocess.shards.write_frames`` (no ffmpeg needed), plus the real clips of ../shared/data (their
+JPEG frames from ``--real`` shards preprocessed at short side 128), ~1.2 GB: more than a loader's buffers,
+read from disk each epoch once the page cache is dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing import Pool
+from pathlib import Path
+
+import numpy as np
+import simplejpeg
+import torch
+
+from moquad.config import LoaderConfig
+from moquad.data.augment import to_model
+from moquad.data.pipeline import make_loader
+from moquad.data.store import Split
+from moquad.preprocess.shards import write_frames
+from moquad.synth import MOTIONS, synth_videos
+
+QUAD = ("anchor", "ad_pos", "intra_neg", "ad_intra_neg")
+MODES = {"workers": [], "device": ["--augment-on-device"], "gpu-decode": ["--set", "loader.decode_on_device=true"]}
+
+
+# ---------------------------------------------------------------- dataset
+
+
+def _render_chunk(args: tuple[int, int, int, int]) -> list[tuple[str, list[bytes], int]]:
+    chunk, per_class, size, frames = args
+    out = []
+    for rel, label, _, video in synth_videos(len(MOTIONS), per_class, size, frames, seed=1000 + chunk):
+        jpegs = [simplejpeg.encode_jpeg(np.ascontiguousarray(f), quality=90) for f in video]
+        out.append((f"c{chunk:03d}/{rel}", jpegs, label - 1))
+    return out
+
+
+def build_dataset(out: Path, videos: int, frames: int, size: int, real: Path | None, procs: int) -> Path:
+    if (out / "manifests" / "train.parquet").is_file():
+        return out
+    per_class = 2  # small chunks spread over the processes
+    chunks = [(c, per_class, size, frames) for c in range(max(1, videos // (len(MOTIONS) * per_class)))]
+    classes = list(MOTIONS) + ["real"]
+
+    def all_videos():
+        with Pool(procs) as pool:
+            for chunk in pool.imap_unordered(_render_chunk, chunks):
+                yield from chunk
+        if real is not None:
+            split = Split(real, "train")
+            for i in range(len(split)):
+                payload, fo = split.payload(i), split.frame_offsets(i)
+                yield (f"real/{split.video_id[i]}", [payload[fo[f]:fo[f + 1]] for f in range(len(fo) - 1)],
+                       len(MOTIONS))
+
+    t0 = time.time()
+    write_frames(out, all_videos(), classes=classes, videos_per_shard=256)
+    size_gb = sum(p.stat().st_size for p in (out / "shards").glob("*.tar")) / 1e9
+    print(f"dataset: {len(Split(out))} videos, {size_gb:.2f} GB of shards, built in {time.time() - t0:.0f} s")
+    return out
+
+
+def drop_page_cache() -> bool:
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- 1. step
+
+
+def time_step(size: int, batch: int, views: int, channels_last: bool, steps: int) -> float:
+    """Median seconds of one bf16 training step of R3D-18 (CUDA events)."""
+    from moquad.models import build_model
+    from moquad.train.lars import make_optimizer
+    from moquad.train.loop import forward_loss
+
+    torch.manual_seed(0)
+    model = build_model("r3d_18").cuda().train()
+    x = torch.randn(batch, views, 3, 16, size, size, device="cuda")
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last_3d)
+    opt = make_optimizer(model, "lars", 0.1, 1e-6)
+    names, video = QUAD[:views] if views == 4 else ("anchor", "pos"), torch.arange(batch, device="cuda")
+    times = []
+    for i in range(steps + 3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        loss, _ = forward_loss(model, x, names, "moquad", hard_beta=0.01, video=video)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        end.record()
+        torch.cuda.synchronize()
+        if i >= 3:
+            times.append(start.elapsed_time(end) / 1e3)
+    del model, x, opt
+    torch.cuda.empty_cache()
+    return statistics.median(times)
+
+
+def step_table(steps: int) -> list[dict]:
+    rows = []
+    for size, batch in ((112, 32), (224, 16)):
+        for cl in (False, True):
+            sim = time_step(size, batch, 2, cl, steps)
+            quad = time_step(size, batch, 4, cl, steps)
+            rows.append({"size": size, "batch": batch, "channels_last_3d": cl, "simclr_ms_per_video": 1e3 * sim / batch,
+                         "moquad_ms_per_video": 1e3 * quad / batch, "ratio": quad / sim})
+            print(rows[-1], flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------- 2. end to end
+
+
+class GpuSampler(threading.Thread):
+    """NVML GPU utilisation every 100 ms, with timestamps."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.samples: list[tuple[float, int]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        while not self.stop.is_set():
+            self.samples.append((time.time(), pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+            time.sleep(0.1)
+
+
+def pretrain_run(data: Path, run: Path, mode: str, workers: int, batch: int, epochs: int) -> dict:
+    dropped = drop_page_cache()
+    cmd = [sys.executable, "-m", "moquad.cli", "pretrain", "--data", str(data), "--out", str(run), "--backbone",
+           "r3d_18", "--epochs", str(epochs), "--batch-size", str(batch), "--frames", "16", "--size", "112",
+           "--workers", str(workers), "--warmup-ratio", "0", "--device", "cuda", "--set", "log_every=1",
+           *MODES[mode]]
+    sampler = GpuSampler()
+    sampler.start()
+    t0 = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.time() - t0
+    sampler.stop.set()
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:])
+        return {"mode": mode, "error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
+    recs = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
+    steady = recs[5:] or recs
+    t_from = steady[0]["time"] - 1.0  # the log's wall times bound the steady phase
+    busy = [u for t, u in sampler.samples if t_from <= t <= steady[-1]["time"]]
+    return {"mode": mode, "steps": len(recs), "wall_s": wall, "page_cache_dropped": dropped,
+            "clips_per_s": statistics.median(r["clips_per_s"] for r in steady),
+            "data_wait": statistics.mean(r["data_wait"] for r in steady),
+            "gpu_busy": statistics.mean(busy) if busy else float("nan")}
+
+
+# ---------------------------------------------------------------- 3. decode
+
+
+def loader_throughput(data: Path, mode: str, workers: int, batch: int, batches: int) -> dict:
+    """The loader alone feeding ``to_model`` on the GPU: clips/s and CPU cores used."""
+    cfg = LoaderConfig(frames=16, size=112, workers=workers, augment_on_device=True,
+                       decode_on_device=mode == "gpu-decode")
+    drop_page_cache()
+    self0, child0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0, n = time.time(), 0
+    for i, b in enumerate(make_loader(data, cfg, batch_size=batch, num_batches=batches, pin_memory=True)):
+        to_model(b, "cuda", 112)
+        if i == 1:  # after the workers' start-up
+            torch.cuda.synchronize()
+            t0, n = time.time(), 0
+            self0, child0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            continue
+        n += batch
+    torch.cuda.synchronize()
+    wall = time.time() - t0
+    s1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (s1.ru_utime + s1.ru_stime - self0.ru_utime - self0.ru_stime
+           + c1.ru_utime + c1.ru_stime - child0.ru_utime - child0.ru_stime)
+    return {"mode": mode, "workers": workers, "clips_per_s": 4 * n / wall, "cpu_cores": cpu / wall}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="/tmp/moquad_gpu_data")
+    ap.add_argument("--real", default=None, help="shards of the real clips (moquad preprocess, short side 128)")
+    ap.add_argument("--videos", type=int, default=3000)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=16)
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: step,e2e,decode")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    skip = set(args.skip.split(","))
+    result: dict = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    print(result, flush=True)
+    if "step" not in skip:
+        result["step"] = step_table(args.steps)
+    data = build_dataset(Path(args.data), args.videos, 64, 128, Path(args.real) if args.real else None, 16)
+    if "decode" not in skip:
+        result["decode"] = [loader_throughput(data, m, w, 32, 40) for m, w in
+                            (("device", 2), ("gpu-decode", 1), ("gpu-decode", 2), ("device", 8))]
+        for r in result["decode"]:
+            print(r, flush=True)
+    if "e2e" not in skip:
+        result["e2e"] = [pretrain_run(data, Path(f"/tmp/moquad_gpu_runs/{m}"), m, args.workers, 32, args.epochs)
+                         for m in MODES]
+        for r in result["e2e"]:
+            print(r, flush=True)
+    print_tables(result)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+def print_tables(r: dict) -> None:
+    print(f"\n{r['device']}, torch {r['torch']}\n")
+    if "step" in r:
+        print("| clip | batch/GPU | channels_last_3d | SimCLR ms/video | MoQuad ms/video | ratio |\n|---|---:|---|---:|---:|---:|")
+        for s in r["step"]:
+            print(f"| 16x{s['size']}^2 | {s['batch']} | {s['channels_last_3d']} | {s['simclr_ms_per_video']:.2f} | "
+                  f"{s['moquad_ms_per_video']:.2f} | {s['ratio']:.2f} |")
+    if "e2e" in r:
+        print("\n| moquad pretrain, 16 workers | clips/s | GPU busy % | data wait | steps |\n|---|---:|---:|---:|---:|")
+        for e in r["e2e"]:
+            if "error" in e:
+                print(f"| {e['mode']} | failed: {e['error']} | | | |")
+                continue
+            print(f"| {e['mode']} | {e['clips_per_s']:.0f} | {e['gpu_busy']:.0f} | {e['data_wait']:.3f} | {e['steps']} |")
+    if "decode" in r:
+        print("\n| loader -> to_model only | workers | clips/s | CPU cores used |\n|---|---:|---:|---:|")
+        for d in r["decode"]:
+            print(f"| {d['mode']} | {d['workers']} | {d['clips_per_s']:.0f} | {d['cpu_cores']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
