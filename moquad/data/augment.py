@@ -119,6 +119,7 @@ def apply_views(batch: dict, size: int, quantize: bool = False) -> torch.Tensor:
     """
     b, v, t = batch["frame_index"].shape
     n, dev = b * v, batch["raw"].device
+    batch = {**batch, "pool": batch["pool"].to(dev), "frame_index": batch["frame_index"].to(dev)}
     y = _crops(batch, size)
     codes, factors = batch["colour_ops"].reshape(n, -1), batch["colour_factors"].reshape(n, -1)
     lam = batch["lam"].reshape(n).tolist()

@@ -71,6 +71,8 @@ def forward_loss(
     """
     b, v = views.shape[:2]
     x = views.flatten(0, 1)
+    if x.device.type == "cuda":  # measured on an H100: R3D-18 steps 1.5-1.6x faster channels-last (README)
+        x = x.contiguous(memory_format=torch.channels_last_3d)
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if x.device.type == "cuda" else nullcontext()
     with amp:
         z = model(x)
@@ -171,6 +173,8 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, loader_fn: LoaderFn | None, 
         torch.backends.cudnn.benchmark = True
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden).to(device)
+    if device.type == "cuda":
+        model = model.to(memory_format=torch.channels_last_3d)
     optimizer = make_optimizer(model, cfg.optimizer, 0.0, cfg.weight_decay)
     lrs = lr_schedule(cfg.lr, cfg.batch_size, cfg.epochs * spe, round(cfg.lr_warmup_epochs * spe))
     stages = stage_per_epoch(cfg.epochs, 0.0 if cfg.method == "simclr_classic" else cfg.warmup_ratio)
