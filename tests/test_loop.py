@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -350,3 +351,41 @@ def test_resume_deep_into_an_epoch_does_not_read_the_batches_before(coded_shards
     loop.pretrain(dataclasses.replace(cfg, resume=True), tensorboard=False, progress=False)
     assert len(reads) == 2  # batch 8 only (2 videos), not the 14 videos of batches 1..7
     assert load(tmp_path / "d" / "checkpoints" / "last.pt")["step"] == 8
+
+
+QUAD_NAMES = ("anchor", "ad_pos", "intra_neg", "ad_intra_neg")
+RUNGS = [  # the paper's Table 4, bottom up: each rung adds one part of the quadruple to the SimCLR base
+    ("simclr", {}, ("anchor", "pos"), [False, False]),
+    ("moquad", {"intra_neg": False, "ad_intra_neg": False}, ("anchor", "ad_pos"), [False, True]),
+    ("moquad", {"ad_intra_neg": False}, ("anchor", "ad_pos", "intra_neg"), [False, True, False]),
+    ("moquad", {}, QUAD_NAMES, [False, True, False, True]),
+]
+
+
+@pytest.mark.parametrize("method, switches, names, disturbed", RUNGS)
+def test_baseline_ladder_views_and_loss(coded_shards, method, switches, names, disturbed):
+    """Every rung samples clips the same way (anchor and positive at one random speed n, Intra-Negs at m) and
+    uses Eq. 1's one-directional loss; only the views differ. The loss equals the element-by-element loop."""
+    from test_losses import ref_quad
+
+    from moquad.data.augment import normalize
+    from moquad.data.pipeline import make_loader
+    from moquad.models import build_model
+    from moquad.train.losses import moquad_loss
+
+    mode, forced = loop.loader_mode(method, "moquad")
+    lcfg = LoaderConfig(frames=4, size=32, workers=0, mode=mode, **{**switches, **forced})
+    batch = next(iter(make_loader(coded_shards, lcfg, batch_size=4, debug=True)))
+    assert batch["view_names"] == names
+    assert ((batch["lam"] > 0) == torch.tensor(disturbed)).all()  # which views carry RAD
+    for info in batch["info"]:
+        n, m = info["dilations"]
+        steps = [set(np.diff(np.asarray(i)).tolist()) for i in info["indices"]]
+        assert steps[:2] == [{n}, {n}] and all(s == {m} for s in steps[2:])
+    torch.manual_seed(0)
+    model = build_model("tiny", proj_dim=16, proj_hidden=32).eval()
+    with torch.no_grad():
+        z = model(normalize(batch["views"], "cpu").flatten(0, 1)).view(4, len(names), -1)
+    got, _ = moquad_loss(z, names, hard_beta=0.01, video=batch["index"])
+    want, _, _ = ref_quad(z.double(), names, 0.1, 0.01, 1.5, range(4))
+    assert float(got) == pytest.approx(float(want), rel=1e-5)
