@@ -408,15 +408,16 @@ def cam(
 def quickstart(
     out: str = typer.Option("runs/quickstart", help="Folder for data, runs and the comparison."),
     epochs: int | None = typer.Option(None, help="Pre-training epochs for each method (60, train/cpu_demo.yaml)."),
-    classes: int = typer.Option(4, help="Synthetic motion classes (1-5)."),
+    classes: int = typer.Option(4, help="Synthetic motion classes (types: 1-5, directions: 1-8; see moquad synth)."),
     per_class: int = typer.Option(100, help="Synthetic videos per class."),
     seed: int = typer.Option(0, help="Seed."),
     backbone: str | None = typer.Option(None, help="Backbone (tiny on CPU, the recipe's; r3d_18 on a GPU)."),
+    kind: str = typer.Option("types", help="Synthetic family: types (motion types) or directions (senses)."),
 ) -> None:
-    """Synth -> preprocess -> pretrain SimCLR and MoQuad -> retrieve both -> table + PNG (CPU, minutes)."""
+    """Synth -> preprocess -> pretrain SimCLR and MoQuad -> retrieval, kNN and linear probe -> table + PNG."""
     from moquad.quickstart import quickstart as run_quickstart
 
-    run_quickstart(out, epochs=epochs, classes=classes, per_class=per_class, seed=seed, backbone=backbone)
+    run_quickstart(out, epochs=epochs, classes=classes, per_class=per_class, seed=seed, backbone=backbone, kind=kind)
 
 
 def main() -> None:

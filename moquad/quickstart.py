@@ -21,6 +21,7 @@ from rich.table import Table
 
 from moquad import config as C
 from moquad.errors import MoquadError
+from moquad.io import atomic_write_text
 from moquad.recipes import REPO_ROOT, find_recipe
 
 KS = (1, 5, 10, 20)  # the ks of eval/cpu_demo.yaml (tests/test_quickstart.py keeps them equal)
@@ -56,7 +57,8 @@ def demo_eval_config(data: Path, checkpoint: Path, out: Path) -> C.EvalConfig:
                                                                     out=str(out)))
 
 
-def _plot(results: dict[str, dict], path: Path) -> None:
+def _plot(results: dict[str, dict], chance: float, path: Path) -> None:
+    """Grouped bars: the three measures (x) for each method (colour), chance as a line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -66,16 +68,14 @@ def _plot(results: dict[str, dict], path: Path) -> None:
     width = 0.8 / len(names)
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, name in enumerate(names):
-        vals = [100 * results[name][f"top{k}"] for k in KS]
-        bars = ax.bar([j + i * width for j in range(len(KS))], vals, width, label=name)
+        vals = [100 * results[name][m] for m in METRICS]
+        bars = ax.bar([j + i * width for j in range(len(METRICS))], vals, width, label=name)
         ax.bar_label(bars, fmt="%.0f", fontsize=8)
-    chance = results[names[0]].get("chance_top1")
-    if chance:
-        ax.axhline(100 * chance, color="grey", ls="--", lw=1, label="chance (top-1)")
-    ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(KS))], [f"top-{k}" for k in KS])
-    ax.set_ylabel("retrieval accuracy (%)")
+    ax.axhline(100 * chance, color="grey", ls="--", lw=1, label="chance")
+    ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(METRICS))], list(METRICS.values()))
+    ax.set_ylabel("accuracy on the test split (%)")
     ax.set_ylim(0, 105)
-    ax.set_title("Synthetic motion data: test queries vs train gallery")
+    ax.set_title("Synthetic motion data: frozen features of each method")
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -83,8 +83,9 @@ def _plot(results: dict[str, dict], path: Path) -> None:
 
 
 def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per_class: int = 100, seed: int = 0,
-               backbone: str | None = None) -> dict:
-    """Run every stage; return ``{method: retrieval result}``. ``epochs`` / ``backbone``: None = the recipe's."""
+               backbone: str | None = None, kind: str = "types") -> dict:
+    """Run every stage; return ``{method: {metric: value}}`` (:data:`METRICS`). ``epochs`` / ``backbone``: None =
+    the recipe's; ``kind``: the synthetic family (``moquad synth --kind``)."""
     from moquad.preprocess.manifest import verify
     from moquad.preprocess.run import preprocess
     from moquad.synth import make_synth
@@ -98,13 +99,15 @@ def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per
     base = demo_pretrain_config(shards, out, "moquad", epochs, seed, backbone)
     epochs, backbone = base.epochs, base.backbone
     settings = dict(classes=classes, per_class=per_class, seed=seed, backbone=backbone, epochs=epochs, **SYNTH)
+    if kind != "types":  # (older stamps have no kind: types)
+        settings["kind"] = kind
     stamp = out / "quickstart.json"  # a rerun reuses data and finished runs only if made with these settings
     if stamp.is_file() and json.loads(stamp.read_text()) != settings:
         raise ValueError(f"{out} holds a quickstart made with other settings ({stamp}); choose a new --out or delete it")
     out.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps(settings, indent=2))
+    atomic_write_text(stamp, json.dumps(settings, indent=2))
     if not (raw / "ucfTrainTestlist" / "testlist01.txt").is_file():
-        make_synth(raw, classes=classes, per_class=per_class, seed=seed, **SYNTH)
+        make_synth(raw, classes=classes, per_class=per_class, seed=seed, kind=kind, **SYNTH)
     console.print(f"{classes * per_class} videos in {raw}")
 
     console.rule("[bold]2/4 preprocess: shards + manifests")
@@ -119,21 +122,32 @@ def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per
     console.rule("[bold]3/4 pretrain: SimCLR and MoQuad, same budget")
     checkpoints = _pretrain_all(console, shards, out, epochs, seed, backbone)
 
-    console.rule("[bold]4/4 retrieve: test split queries the train split")
-    console.print(f"each is: moquad retrieve --data {shards} --checkpoint RUN/checkpoints/last.pt --recipe {EVAL_RECIPE} "
-                  f"--out {out}/eval/NAME")
-    from moquad.eval.retrieve import (
-        retrieve,  # imports lance: after every forking stage (it is not fork-safe)
-    )
-
-    results = {}
-    for name, ckpt in checkpoints.items():
-        results[name] = retrieve(demo_eval_config(shards, ckpt, out / "eval" / name.replace(" ", "_")))
-    _report(console, results, out, f"{classes} classes, {epochs} epochs, {backbone} backbone", 1.0 / classes)
+    console.rule("[bold]4/4 evaluate: retrieval, weighted kNN and a linear probe on the same features")
+    results = {name: evaluate(shards, ckpt, out / "eval" / name.replace(" ", "_"), console)
+               for name, ckpt in checkpoints.items()}
+    _report(console, results, out, f"{kind} family, {classes} classes, {epochs} epochs, {backbone} backbone",
+            1.0 / classes)
     console.print(f"done in {time.time() - t0:.0f} s. Read the Fig. 4 curves (moquad/curves.png): MoQuad learns motion "
                   "once its Intra-Negs (the same video at another speed) rank far below its AD-Pos; see README, "
                   "'Synthetic evidence'.")
     return results
+
+
+METRICS = {"hit@1": "retrieval hit@1", "knn_top1": "weighted kNN top-1", "linear_top1": "linear probe top-1"}
+
+
+def evaluate(shards: Path, ckpt: Path, out: Path, console: Console) -> dict[str, float]:
+    """The demo's three measures of a checkpoint, on one set of cached features (eval/cpu_demo.yaml):
+    retrieval hit@k (test queries vs the train gallery), DINO's weighted kNN and the fast linear probe."""
+    console.print(f"moquad retrieve --data {shards} --checkpoint {ckpt} --recipe {EVAL_RECIPE} --out {out}  (and "
+                  "moquad linear --fast with the same flags)")
+    from moquad.eval.linear import linear  # imports lance: after every forking stage (it is not fork-safe)
+    from moquad.eval.retrieve import retrieve
+
+    cfg = demo_eval_config(shards, ckpt, out)
+    r = retrieve(cfg)
+    lin = linear(cfg, fast=True)
+    return {**{f"hit@{k}": r[f"top{k}"] for k in KS}, "knn_top1": r["knn_top1"], "linear_top1": lin["top1"]}
 
 
 def _fit_batch(cfg: C.PretrainConfig, console: Console) -> C.PretrainConfig:
@@ -173,18 +187,16 @@ def _pretrain_all(console: Console, shards: Path, out: Path, epochs: int, seed: 
 
 def _report(console: Console, results: dict[str, dict], out: Path, what: str, chance: float) -> None:
     """The terminal table, comparison.json and comparison.png."""
-    table = Table(title=f"Retrieval on synthetic motion data ({what})")
+    table = Table(title=f"Synthetic motion data ({what}); chance {100 * chance:.0f}%")
     table.add_column("method")
-    for k in KS:
-        table.add_column(f"top-{k}", justify="right")
+    for label in METRICS.values():
+        table.add_column(f"{label} (%)", justify="right")
+    table.add_column("hit@5 (%)", justify="right")
     for name, r in results.items():
-        table.add_row(name, *[f"{100 * r[f'top{k}']:.1f}" for k in KS])
+        table.add_row(name, *[f"{100 * r[m]:.1f}" for m in METRICS], f"{100 * r['hit@5']:.1f}")
     console.print(table)
-    summary = {name: {f"top{k}": r[f"top{k}"] for k in KS} for name, r in results.items()}
-    (out / "comparison.json").write_text(json.dumps(summary, indent=2))
-    for r in results.values():
-        r.setdefault("chance_top1", chance)
-    _plot(results, out / "comparison.png")
+    atomic_write_text(out / "comparison.json", json.dumps({"chance_top1": chance, **results}, indent=2))
+    _plot(results, chance, out / "comparison.png")
     console.print(f"wrote {out / 'comparison.json'} and {out / 'comparison.png'}")
 
 

@@ -19,9 +19,15 @@ def test_quickstart_writes_comparison(tmp_path):
     results = quickstart(tmp_path / "qs", epochs=2, classes=2, per_class=4, seed=1)
     assert list(results) == ["random init", "simclr", "moquad"]
     saved = json.loads((tmp_path / "qs" / "comparison.json").read_text())
+    assert saved["chance_top1"] == 0.5
     for method, r in results.items():
-        assert saved[method]["top1"] == r["top1"]
-        assert 0.0 <= r["top1"] <= r["top5"] <= r["top10"] <= 1.0
+        assert saved[method] == r and set(r) >= {"hit@1", "knn_top1", "linear_top1"}
+        assert 0.0 <= r["hit@1"] <= r["hit@5"] <= r["hit@10"] <= 1.0
+        assert all(0.0 <= r[m] <= 1.0 for m in ("knn_top1", "linear_top1"))
+    # the table's numbers are the evaluation's own results
+    ret = json.loads((tmp_path / "qs" / "eval" / "moquad" / "retrieval.json").read_text())
+    lin = json.loads((tmp_path / "qs" / "eval" / "moquad" / "linear_fast.json").read_text())
+    assert results["moquad"]["hit@1"] == ret["top1"] and results["moquad"]["linear_top1"] == lin["top1"]
     assert (tmp_path / "qs" / "comparison.png").stat().st_size > 5000
     assert (tmp_path / "qs" / "moquad" / "curves.png").is_file()
     for method in ("simclr", "moquad"):  # a finished run's checkpoint says so (issue 16: _finished was off by one)
@@ -29,7 +35,7 @@ def test_quickstart_writes_comparison(tmp_path):
         assert checkpoint.load(last)["epoch"] == 2 and _finished(last, 2) and not _finished(last, 3)
     # a second call reuses data and finished runs instead of redoing them
     again = quickstart(tmp_path / "qs", epochs=2, classes=2, per_class=4, seed=1)
-    assert {m: r["top1"] for m, r in again.items()} == {m: r["top1"] for m, r in results.items()}
+    assert again == results
     # ... and refuses to mix in data or runs made with other settings
     with pytest.raises(ValueError, match="other settings"):
         quickstart(tmp_path / "qs", epochs=3, classes=2, per_class=4, seed=1)
