@@ -128,20 +128,8 @@ def _check_sample(
             return
 
 
-def verify(data_dir: str | Path) -> list[str]:
-    """Re-read every shard and check it against the manifests; returns problems (empty = ok).
-
-    Checks offsets, sizes, sha256 checksums, frame index (count, bounds, JPEG markers),
-    sample JSON vs manifest row, labels vs classes, duplicate ids, ids also in errors.parquet,
-    missing shards/samples and orphan shards/samples, split sizes in dataset.json and leftover
-    temp files.
-    """
-    data_dir = Path(data_dir)
-    problems: list[str] = []
-    try:
-        info = read_info(data_dir)
-    except (FileNotFoundError, ValueError) as e:
-        return [str(e)]
+def _check_manifests(problems: list[str], data_dir: Path, info: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Check each split's manifest (row count, duplicate ids, split, labels); return shard -> key -> row."""
     rows_by_shard: dict[str, dict[str, dict[str, Any]]] = {}
     seen: set[str] = set()
     classes = info.get("classes", [])
@@ -157,15 +145,25 @@ def verify(data_dir: str | Path) -> list[str]:
             if row["video_id"] in seen:
                 problems.append(f"video {row['video_id']} appears more than once in the manifests")
             seen.add(row["video_id"])
-            if row["split"] != split:
-                problems.append(f"video {row['video_id']} in manifests/{split}.parquet has split {row['split']!r}")
-            label = row["label"]
-            if label >= len(classes) or label < -1 or (label >= 0 and row["class_name"] != classes[label]):
-                problems.append(f"video {row['video_id']}: label {label} / class {row['class_name']!r} does not "
-                                "match dataset.json classes")
+            _check_row(problems, split, row, classes)
             rows_by_shard.setdefault(row["shard"], {})[sample_key(row["video_id"])] = row
     for vid in sorted(seen & set(read_errors(data_dir).column("video_id").to_pylist())):
         problems.append(f"video {vid} is both in a manifest and in errors.parquet")
+    return rows_by_shard
+
+
+def _check_row(problems: list[str], split: str, row: dict[str, Any], classes: list[str]) -> None:
+    """A manifest row's split and label agree with its manifest and dataset.json."""
+    if row["split"] != split:
+        problems.append(f"video {row['video_id']} in manifests/{split}.parquet has split {row['split']!r}")
+    label = row["label"]
+    if label >= len(classes) or label < -1 or (label >= 0 and row["class_name"] != classes[label]):
+        problems.append(f"video {row['video_id']}: label {label} / class {row['class_name']!r} does not "
+                        "match dataset.json classes")
+
+
+def _check_shard_files(problems: list[str], data_dir: Path, rows_by_shard: dict[str, dict]) -> set[str]:
+    """Leftover temp files, shards the manifests name but the disk lacks, and the reverse; returns shards on both."""
     on_disk = {f"shards/{p.name}" for p in (data_dir / "shards").glob("*.tar")}
     for leftover in sorted((data_dir / "shards").glob("*.tmp")):
         problems.append(f"leftover temp file shards/{leftover.name} (an interrupted run; re-run preprocess)")
@@ -173,23 +171,45 @@ def verify(data_dir: str | Path) -> list[str]:
         problems.append(f"missing shard {shard} ({len(rows_by_shard[shard])} videos in the manifest)")
     for shard in sorted(on_disk - set(rows_by_shard)):
         problems.append(f"orphan shard {shard} (not in any manifest)")
-    for shard in sorted(set(rows_by_shard) & on_disk):
-        rows = rows_by_shard[shard]
-        members: dict[str, dict[str, tarfile.TarInfo]] = {}
-        try:
-            with tarfile.open(data_dir / shard, "r:") as tar:
-                for m in tar:
-                    key, _, ext = m.name.partition(".")
-                    members.setdefault(key, {})[ext] = m
-        except (tarfile.TarError, OSError) as e:
-            problems.append(f"{shard}: unreadable tar ({e})")
-            continue
-        for key in sorted(set(members) - set(rows)):
-            problems.append(f"{shard}: orphan sample {key} (not in the manifest)")
-        with open(data_dir / shard, "rb") as f:
-            for key, row in rows.items():
-                if key not in members:
-                    problems.append(f"{shard}: missing sample {key} ({row['video_id']})")
-                    continue
-                _check_sample(problems, shard, row, members[key].get("json"), members[key].get("jpgs"), f)
+    return set(rows_by_shard) & on_disk
+
+
+def _check_shard(problems: list[str], data_dir: Path, shard: str, rows: dict[str, dict[str, Any]]) -> None:
+    """Every sample of one shard against its manifest row; orphan and missing samples."""
+    members: dict[str, dict[str, tarfile.TarInfo]] = {}
+    try:
+        with tarfile.open(data_dir / shard, "r:") as tar:
+            for m in tar:
+                key, _, ext = m.name.partition(".")
+                members.setdefault(key, {})[ext] = m
+    except (tarfile.TarError, OSError) as e:
+        problems.append(f"{shard}: unreadable tar ({e})")
+        return
+    for key in sorted(set(members) - set(rows)):
+        problems.append(f"{shard}: orphan sample {key} (not in the manifest)")
+    with open(data_dir / shard, "rb") as f:
+        for key, row in rows.items():
+            if key not in members:
+                problems.append(f"{shard}: missing sample {key} ({row['video_id']})")
+                continue
+            _check_sample(problems, shard, row, members[key].get("json"), members[key].get("jpgs"), f)
+
+
+def verify(data_dir: str | Path) -> list[str]:
+    """Re-read every shard and check it against the manifests; returns problems (empty = ok).
+
+    Checks offsets, sizes, sha256 checksums, frame index (count, bounds, JPEG markers),
+    sample JSON vs manifest row, labels vs classes, duplicate ids, ids also in errors.parquet,
+    missing shards/samples and orphan shards/samples, split sizes in dataset.json and leftover
+    temp files.
+    """
+    data_dir = Path(data_dir)
+    problems: list[str] = []
+    try:
+        info = read_info(data_dir)
+    except (FileNotFoundError, ValueError) as e:
+        return [str(e)]
+    rows_by_shard = _check_manifests(problems, data_dir, info)
+    for shard in sorted(_check_shard_files(problems, data_dir, rows_by_shard)):
+        _check_shard(problems, data_dir, shard, rows_by_shard[shard])
     return problems

@@ -15,27 +15,24 @@ import os
 import random
 import time
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
 from moquad import __version__
-from moquad.config import PreprocessConfig, to_dict
+from moquad.config import PreprocessConfig
 from moquad.data.store import SCHEMA_VERSION
-from moquad.errors import disk_errors
-from moquad.preprocess import manifest, splits
+from moquad.preprocess import manifest, resume, splits
 from moquad.preprocess.datasets import Listing, Video, list_dataset
 from moquad.preprocess.shards import ShardWriter
+from moquad.preprocess.summary import count, part_summary, print_run, print_summary
 from moquad.preprocess.transcode import VideoError, transcode
-
-# settings that may differ between runs of the same output (machine-specific, not data-defining)
-_LOCAL_FIELDS = ("workers", "part", "out", "root")
 
 
 def _validate(cfg: PreprocessConfig) -> None:
@@ -112,60 +109,111 @@ def _isolated(video: Video, args: tuple) -> tuple:
             return ("error", "crashed the decoder: its worker process died (corrupt file?)")
 
 
-def _settings(cfg: PreprocessConfig, encoder: str) -> dict[str, Any]:
-    d = {k: v for k, v in to_dict(cfg).items() if k not in _LOCAL_FIELDS}
-    d["encoder"] = encoder
-    return d
-
-
-def _prepare(out: Path, cfg: PreprocessConfig, listing: Listing, encoder: str, split: dict[str, Any]) -> None:
-    """Create the folder, or check a previous run there used the same settings (resume).
-
-    Every setting but the machine-specific ones defines the data (``split_ratios``, ``group_by``
-    and ``seed`` decide each video's split), so a change is refused; a key an older moquad did not
-    write counts as its default (None).
-    """
-    pdir = manifest.parts_dir(out)
-    settings = _settings(cfg, encoder)
-    for f in sorted(pdir.glob("config-*.json")) if pdir.is_dir() else []:
-        old = json.loads(f.read_text())["settings"]
-        diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
-        if diff:
-            raise ValueError(f"{out} holds a run with different settings ({', '.join(diff)}); "
-                             "re-run with the same settings to resume, or use a new --out")
-    manifest.write_json({"settings": settings, "name": listing.name, "classes": listing.classes,
-                         "config": to_dict(cfg), "split": split}, pdir / f"config-{cfg.part:03d}.json")
-    with disk_errors(out):
-        (pdir / f"done-{cfg.part:03d}.json").unlink(missing_ok=True)  # written again when this run ends
-        (out / "shards").mkdir(parents=True, exist_ok=True)
-
-
-def _resume_state(out: Path, part: int) -> tuple[dict[str, str], dict[str, int], int]:
-    """Clean this part's uncommitted files; return done id -> split, next shard index per split, next error index."""
-    pdir = manifest.parts_dir(out)
-    recorded = {f.stem for f in pdir.glob(f"*-{part:03d}-*.parquet")}
-    with disk_errors(out / "shards"):
-        for tmp in (out / "shards").glob(f"*-{part:03d}-*.tmp"):
-            tmp.unlink()
-        for shard in (out / "shards").glob(f"*-{part:03d}-*.tar"):
-            if shard.stem not in recorded:  # renamed but not recorded: redo its videos
-                shard.unlink()
-    ok, bad = manifest.read_records(out, part)
-    done = dict(zip(bad.column("video_id").to_pylist(), bad.column("split").to_pylist()))
-    done.update(zip(ok.column("video_id").to_pylist(), ok.column("split").to_pylist()))
-    next_shard: dict[str, int] = {}
-    next_err = 0
-    for stem in recorded:
-        split, _, idx = stem.rsplit("-", 2)
-        if split == "errors":
-            next_err = max(next_err, int(idx) + 1)
-        else:
-            next_shard[split] = max(next_shard.get(split, 0), int(idx) + 1)
-    return done, next_shard, next_err
-
-
 def _error_row(v: Video, reason: str) -> dict[str, Any]:
     return {"source_path": str(v.path) if v.path else "", "video_id": v.video_id, "split": v.split, "reason": reason}
+
+
+def _todo(listing: Listing, todo_by_split: dict[str, list[Video]], done: dict[str, str],
+          part: int) -> tuple[list[Video], list[dict[str, Any]]]:
+    """The videos still to transcode, and the error rows known without transcoding (duplicates, missing)."""
+    errors: list[dict[str, Any]] = []
+    if part == 0:
+        errors += [_error_row(v, reason) for v, reason in listing.duplicates if v.video_id not in done]
+    work: list[Video] = []
+    for videos in todo_by_split.values():
+        for v in videos:
+            if v.video_id in done:
+                continue
+            if v.path is None:
+                errors.append(_error_row(v, "missing: listed in the annotations but not found under ROOT"))
+            else:
+                work.append(v)
+    return work, errors
+
+
+class _Sink:
+    """Where results go: one shard writer per split (opened on first use) and the error rows not yet recorded.
+
+    Error rows are recorded each time a shard commits and at the end, so whatever a kill -9 leaves
+    is whole records only: the re-run skips exactly the videos they name and redoes the rest.
+    """
+
+    def __init__(self, out: Path, part: int, shard_size: int, next_shard: dict[str, int], err_index: int,
+                 errors: list[dict[str, Any]]):
+        self.out, self.part, self.shard_size, self.next_shard = out, part, shard_size, next_shard
+        self.err_index, self.errors = err_index, errors
+        self.writers: dict[str, ShardWriter] = {}
+        self.n_ok = self.n_failed = 0
+
+    def add(self, v: Video, result: tuple) -> None:
+        """Write a transcoded video into its split's shard, or keep its error row."""
+        if result[0] != "ok":
+            self.errors.append(_error_row(v, result[1]))
+            self.n_failed += 1
+            return
+        if v.split not in self.writers:
+            self.writers[v.split] = ShardWriter(self.out, v.split, self.part, self.next_shard.get(v.split, 0),
+                                                self.shard_size)
+        w = self.writers[v.split]
+        before = w.index
+        w.add(result[1], result[2])
+        self.n_ok += 1
+        if w.index != before:  # a shard committed: record the errors seen so far too
+            self.flush_errors()
+
+    def flush_errors(self) -> None:
+        if self.errors:
+            manifest.write_error_record(self.out, self.part, self.err_index, self.errors)
+            self.err_index, self.errors = self.err_index + 1, []
+
+    def commit(self) -> None:
+        for w in self.writers.values():
+            w.commit()
+        self.flush_errors()
+
+    def abort(self) -> None:
+        for w in self.writers.values():
+            w.abort()
+
+
+class _Transcoder:
+    """Transcode videos in a process pool (or inline for one worker), yielding results in submission order.
+
+    A worker that dies (a decoder crash) breaks the whole pool: its video is re-run alone to name
+    the culprit, then a fresh pool takes over the videos still in flight.
+    """
+
+    def __init__(self, work: list[Video], workers: int, args: tuple):
+        self.workers, self.args, self._it = workers, args, iter(work)
+        self.pool = ProcessPoolExecutor(workers) if workers > 1 and len(work) > 1 else None
+        self.inflight: deque[tuple[Video, Future | None]] = deque()
+
+    def start(self) -> None:
+        """Queue the first videos; with a pool the workers fork here (call it before any thread starts)."""
+        for _ in range(self.workers * 4 if self.pool else 1):
+            self._submit()
+
+    def _submit(self) -> None:
+        v = next(self._it, None)
+        if v is not None:
+            self.inflight.append((v, self.pool.submit(_work, v, *self.args)) if self.pool else (v, None))
+
+    def __iter__(self) -> Iterator[tuple[Video, tuple]]:
+        while self.inflight:
+            v, fut = self.inflight.popleft()
+            try:
+                result = fut.result() if fut is not None else _work(v, *self.args)
+            except BrokenProcessPool:  # a worker died (e.g. a decoder crash): isolate, then go on
+                result = _isolated(v, self.args)
+                self.pool.shutdown(wait=True, cancel_futures=True)
+                self.pool = ProcessPoolExecutor(self.workers)
+                self.inflight = deque((u, self.pool.submit(_work, u, *self.args)) for u, _ in self.inflight)
+            self._submit()
+            yield v, result
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _progress(quiet: bool):
@@ -185,6 +233,25 @@ def _progress(quiet: bool):
     )
 
 
+def _transcode_all(jobs: _Transcoder, sink: _Sink, total: int, label: str, quiet: bool) -> None:
+    """Drain ``jobs`` into ``sink`` under a live bar; batch jobs (no terminal: SLURM logs) get a plain line a minute."""
+    jobs.start()  # workers fork here, before the progress thread
+    with _progress(quiet) as progress:
+        task = progress.add_task(label, total=total, rate="-", ok=0, failed=0)
+        start = last_log = time.perf_counter()
+        for v, result in jobs:
+            sink.add(v, result)
+            done_n = sink.n_ok + sink.n_failed
+            now = time.perf_counter()
+            rate = done_n / max(now - start, 1e-9)
+            progress.update(task, advance=1, rate=f"{rate:.1f}", ok=sink.n_ok, failed=sink.n_failed)
+            if not quiet and not progress.console.is_terminal and (now - last_log > 60 or done_n == total):
+                last_log = now
+                eta = (total - done_n) / max(rate, 1e-9)
+                progress.console.print(f"{done_n}/{total} videos, {rate:.1f} videos/s, ok {sink.n_ok}, "
+                                       f"failed {sink.n_failed}, ETA {eta / 60:.1f} min")
+
+
 def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = False,
                threads: int | None = None) -> dict[str, Any]:
     """Run (or resume) part ``cfg.part`` of a preprocessing job; returns the summary dict.
@@ -199,136 +266,31 @@ def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = F
     t0 = time.perf_counter()
     listing, split_record = list_and_split(cfg)
     out = Path(cfg.out).expanduser()
-    _prepare(out, cfg, listing, encoder, split_record)
+    resume.prepare(out, cfg, listing, encoder, split_record)
     todo_by_split = plan(listing, cfg)
-    done, next_shard, err_index = _resume_state(out, cfg.part)
+    done, next_shard, err_index = resume.state(out, cfg.part)
     splits.check_unmoved([v for vs in todo_by_split.values() for v in vs], done, out)
-    pending_errors: list[dict[str, Any]] = []
-    if cfg.part == 0:
-        pending_errors += [_error_row(v, reason) for v, reason in listing.duplicates if v.video_id not in done]
-    work: list[Video] = []
-    for videos in todo_by_split.values():
-        for v in videos:
-            if v.video_id in done:
-                continue
-            if v.path is None:
-                pending_errors.append(_error_row(v, "missing: listed in the annotations but not found under ROOT"))
-            else:
-                work.append(v)
-    writers: dict[str, ShardWriter] = {}
-
-    def flush_errors() -> None:
-        nonlocal err_index, pending_errors
-        if pending_errors:
-            manifest.write_error_record(out, cfg.part, err_index, pending_errors)
-            err_index, pending_errors = err_index + 1, []
-
-    def writer(split: str) -> ShardWriter:
-        if split not in writers:
-            writers[split] = ShardWriter(out, split, cfg.part, next_shard.get(split, 0), cfg.shard_size)
-        return writers[split]
-
+    work, errors = _todo(listing, todo_by_split, done, cfg.part)
+    sink = _Sink(out, cfg.part, cfg.shard_size, next_shard, err_index, errors)
     if threads is None:
         threads = max(1, (os.cpu_count() or 1) // cfg.workers) if cfg.workers > 1 else 0
-    args = (cfg.short_side or None, cfg.fps, cfg.jpeg_quality, encoder, threads)
-    pool = ProcessPoolExecutor(cfg.workers) if cfg.workers > 1 and len(work) > 1 else None
-    n_ok = n_failed = 0
-    inflight: deque[tuple[Video, Future | None]] = deque()
-    it = iter(work)
-
-    def submit() -> None:
-        v = next(it, None)
-        if v is not None:
-            inflight.append((v, pool.submit(_work, v, *args)) if pool else (v, None))
-
+    jobs = _Transcoder(work, cfg.workers, (cfg.short_side or None, cfg.fps, cfg.jpeg_quality, encoder, threads))
     try:
-        for _ in range(cfg.workers * 4 if pool else 1):  # workers fork here, before the progress thread
-            submit()
-        with _progress(quiet) as progress:
-            task = progress.add_task(f"{listing.name} part {cfg.part}/{cfg.num_parts}", total=len(work),
-                                     rate="-", ok=0, failed=0)
-            start = last_log = time.perf_counter()
-            while inflight:
-                v, fut = inflight.popleft()
-                try:
-                    result = fut.result() if fut is not None else _work(v, *args)
-                except BrokenProcessPool:  # a worker died (e.g. a decoder crash): isolate, then go on
-                    result = _isolated(v, args)
-                    pool.shutdown(wait=True, cancel_futures=True)
-                    pool = ProcessPoolExecutor(cfg.workers)
-                    inflight = deque((u, pool.submit(_work, u, *args)) for u, _ in inflight)
-                submit()
-                if result[0] == "ok":
-                    w = writer(v.split)
-                    before = w.index
-                    w.add(result[1], result[2])
-                    n_ok += 1
-                    if w.index != before:  # a shard committed: record the errors seen so far too
-                        flush_errors()
-                else:
-                    pending_errors.append(_error_row(v, result[1]))
-                    n_failed += 1
-                done_n = n_ok + n_failed
-                now = time.perf_counter()
-                rate = done_n / max(now - start, 1e-9)
-                progress.update(task, advance=1, rate=f"{rate:.1f}", ok=n_ok, failed=n_failed)
-                if not quiet and not progress.console.is_terminal and (now - last_log > 60 or done_n == len(work)):
-                    last_log = now  # batch jobs (SLURM logs): a plain line a minute instead of a live bar
-                    eta = (len(work) - done_n) / max(rate, 1e-9)
-                    progress.console.print(f"{done_n}/{len(work)} videos, {rate:.1f} videos/s, ok {n_ok}, "
-                                           f"failed {n_failed}, ETA {eta / 60:.1f} min")
-        for w in writers.values():
-            w.commit()
-        flush_errors()
+        _transcode_all(jobs, sink, len(work), f"{listing.name} part {cfg.part}/{cfg.num_parts}", quiet)
+        sink.commit()
     except BaseException:
-        for w in writers.values():
-            w.abort()
+        sink.abort()
         raise
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        jobs.close()
     names = set(split_record["videos"]) | {v.split for v in listing.videos + listing.missing}
-    summary = _part_summary(out, cfg.part, names, time.perf_counter() - t0)
+    summary = part_summary(out, cfg.part, names, time.perf_counter() - t0)
     manifest.write_json(summary, manifest.parts_dir(out) / f"done-{cfg.part:03d}.json")
     if all((manifest.parts_dir(out) / f"done-{p:03d}.json").is_file() for p in range(cfg.num_parts)):
         summary["merged"] = merge(out, quiet=True)
     if not quiet:
-        print_summary(summary, title=f"{listing.name} -> {out}" + (f" (part {cfg.part}/{cfg.num_parts})"
-                                                                     if cfg.num_parts > 1 else ""))
-        if cfg.num_parts > 1 and "merged" in summary:
-            print_summary(summary["merged"], title=f"all {cfg.num_parts} parts merged -> {out}")
-        elif cfg.num_parts > 1:
-            from rich.console import Console
-
-            Console().print(f"part {cfg.part} done; once all {cfg.num_parts} parts finished, run "
-                            f"`moquad preprocess {cfg.dataset} {cfg.root} --out {out} --merge`")
-        if split_record["method"] == "none":
-            print("note: every video is in the train split; retrieve, linear and finetune need a test split: "
-                  "preprocess again into a new --out with --split-ratios 0.8,0.2")
+        print_run(summary, cfg, listing.name, out, split_record["method"])
     return summary
-
-
-def _count(ok: pa.Table, bad: pa.Table) -> dict[str, Any]:
-    splits: dict[str, dict[str, int]] = {}
-    for split, nf, size in zip(ok.column("split").to_pylist(), ok.column("num_frames").to_pylist(),
-                               ok.column("jpgs_size").to_pylist()):
-        s = splits.setdefault(split, {"ok": 0, "failed": 0, "missing": 0, "frames": 0, "bytes": 0})
-        s["ok"] += 1
-        s["frames"] += nf
-        s["bytes"] += size
-    for split, reason in zip(bad.column("split").to_pylist(), bad.column("reason").to_pylist()):
-        s = splits.setdefault(split, {"ok": 0, "failed": 0, "missing": 0, "frames": 0, "bytes": 0})
-        s["missing" if reason.startswith("missing") else "failed"] += 1
-    totals = {k: sum(s[k] for s in splits.values()) for k in ("ok", "failed", "missing", "frames", "bytes")}
-    return {"splits": dict(sorted(splits.items())), **totals}
-
-
-def _part_summary(out: Path, part: int, split_names: set[str], wall: float) -> dict[str, Any]:
-    """This part's counts; ``splits_listed`` = every split of the listing (merge writes a manifest for each)."""
-    ok, bad = manifest.read_records(out, part)
-    shard_bytes = sum(p.stat().st_size for p in (out / "shards").glob(f"*-{part:03d}-*.tar"))
-    return {"out": str(out), "part": part, **_count(ok, bad), "shard_bytes": shard_bytes,
-            "wall_s": round(wall, 3), "splits_listed": sorted(split_names)}
 
 
 def merge(out_dir: str | Path, *, quiet: bool = False) -> dict[str, Any]:
@@ -358,7 +320,7 @@ def merge(out_dir: str | Path, *, quiet: bool = False) -> dict[str, Any]:
         manifest.write_table(rows, out / "manifests" / f"{split}.parquet")
     manifest.write_table(bad.sort_by([("split", "ascending"), ("video_id", "ascending")]),
                          out / "manifests" / "errors.parquet")
-    counts = _count(ok, bad)
+    counts = count(ok, bad)
     cfg_dict = dict(meta["config"])
     cfg_dict.update({"part": 0, "encoder": meta["settings"]["encoder"]})
     info = {"schema_version": SCHEMA_VERSION, "name": meta["name"], "classes": meta["classes"],
@@ -371,24 +333,3 @@ def merge(out_dir: str | Path, *, quiet: bool = False) -> dict[str, Any]:
     if not quiet:
         print_summary(summary, title=f"merged {num_parts} part(s) -> {out}")
     return summary
-
-
-def print_summary(summary: dict[str, Any], title: str = "") -> None:
-    """Rich table: per split ok / failed / missing, frames, bytes; totals and wall time."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title or None)
-    for col in ("split", "ok", "failed", "missing", "frames", "JPEG MB"):
-        table.add_column(col, justify="left" if col == "split" else "right")
-    for split, s in summary["splits"].items():
-        table.add_row(split, str(s["ok"]), str(s["failed"]), str(s["missing"]), str(s["frames"]),
-                      f"{s['bytes'] / 1e6:.1f}")
-    table.add_row("total", str(summary["ok"]), str(summary["failed"]), str(summary["missing"]),
-                  str(summary["frames"]), f"{summary['bytes'] / 1e6:.1f}", style="bold")
-    table.caption = f"shards {summary.get('shard_bytes', 0) / 1e6:.1f} MB, wall {summary.get('wall_s', 0):.1f} s"
-    if summary["failed"] or summary["missing"]:
-        where = Path(summary["out"]) / "manifests" / "errors.parquet" if summary.get("out") else "manifests/errors.parquet"
-        table.caption += f"\n{summary['failed'] + summary['missing']} input(s) skipped, each with its reason in {where}"
-    Console().print(table)
-
