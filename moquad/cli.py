@@ -264,7 +264,7 @@ def extract(
     typer.echo(f"features: {run_extract(cfg, split, force=force)}")
 
 
-@app.command(epilog="Example: moquad retrieve --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --json retrieval.json")
+@app.command(epilog="Example: moquad retrieve --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --json retrieval.json --knn-k 20 --knn-t 0.07")
 @_friendly
 def retrieve(
     data: str = _DATA,
@@ -273,6 +273,8 @@ def retrieve(
     json: str | None = typer.Option(None, "--json", help="Also write the numbers to this JSON file."),
     center: bool | None = typer.Option(None, "--center/--no-center", help="Subtract the split mean, re-normalise."),
     index: str | None = typer.Option(None, help="exact (default) or lance (vector index, recall reported)."),
+    knn_k: int | None = typer.Option(None, help="Weighted kNN (DINO): neighbours that vote (20)."),
+    knn_t: float | None = typer.Option(None, help="Weighted kNN (DINO): vote weight exp(cosine / T) (0.07)."),
     num_clips: int | None = typer.Option(None, help="Clips per video (10)."),
     frames: int | None = typer.Option(None, help="Frames per clip (16)."),
     dilation: int | None = typer.Option(None, help="Frame step inside a clip (2)."),
@@ -280,8 +282,9 @@ def retrieve(
     out: str | None = typer.Option(None, help="Folder for features and results."),
     device: str | None = typer.Option(None, help="auto, cpu or cuda."),
 ) -> None:
-    """Nearest-neighbour retrieval: test videos query the train split; top-1/5/10/20/50."""
-    cfg = _eval_cfg(data, checkpoint, recipe, center=center, index=index, num_clips=num_clips, frames=frames,
+    """Nearest-neighbour retrieval (test queries the train split; hit@1/5/10/20/50) and weighted-kNN accuracy."""
+    cfg = _eval_cfg(data, checkpoint, recipe, center=center, index=index, knn_k=knn_k, knn_t=knn_t,
+                    num_clips=num_clips, frames=frames,
                     dilation=dilation, size=size, out=out, device=device)
     from moquad.eval.retrieve import retrieve as run_retrieve
 

@@ -116,6 +116,8 @@ class EvalConfig:
     center: bool = False
     ks: tuple[int, ...] = (1, 5, 10, 20, 50)
     index: str = "exact"  # exact | lance
+    knn_k: int = 20  # weighted kNN classification (DINO): neighbours that vote
+    knn_t: float = 0.07  # ... with weight exp(cosine / knn_t)
     # linear probe / fine-tuning
     epochs: int = 100
     lr: float = 0.08
