@@ -364,6 +364,28 @@ def cam(
     typer.echo(f"wrote {run_cam(video, cfg, out, method=method)}")
 
 
+@app.command(
+    epilog="Examples: moquad export runs/moquad/checkpoints/last.pt --format torchvision --out r3d18_moquad.pt  |  "
+    "moquad export runs/r3d50/checkpoints/last.pt --format safetensors --out r3d50_moquad.safetensors  "
+    "(then: model = torchvision.models.video.r3d_18(); model.fc = torch.nn.Identity(); "
+    "model.load_state_dict(torch.load('r3d18_moquad.pt')); the model card is r3d18_moquad.json)"
+)
+@_friendly
+def export(
+    checkpoint: str = typer.Argument(..., help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt)."),
+    fmt: str = typer.Option("torchvision", "--format",
+                               help="torchvision (r3d_18, r2plus1d_18, s3d: torchvision key names, no head) "
+                                    "or safetensors (any backbone)."),
+    out: str = typer.Option(..., "--out", "-o", help="File to write; the JSON model card goes beside it (.json)."),
+) -> None:
+    """Export the pre-trained backbone (torchvision names or safetensors) with a JSON model card."""
+    _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain` (RUN/checkpoints/last.pt)")
+    from moquad.export import export as run_export
+
+    weights, card = run_export(checkpoint, fmt, out)
+    typer.echo(f"wrote {weights} and its model card {card}")
+
+
 # ----------------------------------------------------------------------------- everything
 
 
