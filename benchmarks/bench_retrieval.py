@@ -30,7 +30,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from moquad.eval.retrieve import TIE_DECIMALS, lance_index, lance_partitions, lance_search, nearest, recall_at
+from moquad.eval.retrieve import (
+    TIE_DECIMALS,
+    lance_index,
+    lance_partitions,
+    lance_search,
+    lance_trained_partitions,
+    nearest,
+    recall_at,
+)
 
 CHUNK = 1 << 26  # similarities per matmul block, as moquad's nearest (256 MB of float32)
 
@@ -116,24 +124,24 @@ def part_exact(repeats: int, device: str) -> None:
 
 
 LANCE = (  # (index, build kwargs, [search kwargs ...]); nprobes = share of the partitions
-    ("IVF_FLAT", {}, [{"nprobes": f} for f in (0.01, 0.02, 0.05, 0.1)]),
-    ("IVF_PQ", {"num_sub_vectors": 64}, [{"nprobes": f, "refine_factor": r} for f in (0.02, 0.05) for r in (10, 30)]),
-    ("IVF_SQ", {}, [{"nprobes": f, "refine_factor": 5} for f in (0.02, 0.05)]),
-    ("IVF_HNSW_SQ", {"num_partitions": 0}, [{"nprobes": f, "ef": e, "refine_factor": 5}
-                                            for f in (0.25,) for e in (100, 300)]),
+    ("IVF_FLAT", {}, [{"nprobes": f} for f in (0.01, 0.03, 0.1, 0.3)]),
+    ("IVF_SQ", {}, [{"nprobes": f, "refine_factor": 5} for f in (0.01, 0.03, 0.1)]),
+    ("IVF_PQ", {"num_sub_vectors": 64}, [{"nprobes": f, "refine_factor": 10} for f in (0.03, 0.1)]),
+    ("IVF_HNSW_SQ", {"num_partitions": 0}, [{"nprobes": 0.25, "ef": e, "refine_factor": 5} for e in (100, 400)]),
 )
 
 
 def _lance_rows(name: str, build: dict, searches: list[dict], g: torch.Tensor, q: np.ndarray, exact: np.ndarray,
                 t_exact: float, repeats: int, tmp: Path) -> list[tuple]:
     parts = build.pop("num_partitions", None)
-    parts = max(1, len(g) // 100_000) if parts == 0 else lance_partitions(len(g))  # HNSW: big partitions
+    parts = max(1, len(g) // 50_000) if parts == 0 else lance_partitions(len(g))  # HNSW: big partitions
     t0 = time.perf_counter()
     ds = lance_index(g.numpy(), tmp / f"{name}.lance", index_type=name, partitions=parts, **build)
     t_build = time.perf_counter() - t0
+    parts = lance_trained_partitions(ds)
     rows = []
     for s in searches:
-        nprobes = max(1, round(s["nprobes"] * parts))
+        nprobes = max(1, round(s["nprobes"] * parts)) if s["nprobes"] < 1 else s["nprobes"]
         extra = {k: v for k, v in s.items() if k != "nprobes"}
         t, approx = _median_time(partial(lance_search, ds, q, 10, nprobes, **extra), repeats)
         label = f"{name} p={parts} nprobes={nprobes}" + "".join(f" {k}={v}" for k, v in extra.items())

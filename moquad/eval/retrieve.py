@@ -14,6 +14,10 @@ Protocol choices, explicit:
   in that order, i.e. a tie at the k-th place is NOT counted in the query's favour.
 - k larger than the gallery is capped at the gallery size (reported as ``k_capped``).
 - Queries with an unknown label (-1) are excluded and counted (``excluded_queries``).
+- **Exact, at matmul speed**: float32 similarities and top-(k + 8) on the features' device, then
+  float64 only where float32 cannot decide the rule (:func:`nearest`); ~1.1x a plain float32
+  ``torch.topk`` (benchmarks/bench_retrieval.py).
+- Beside hit@k: **weighted kNN classification**, DINO's protocol (:func:`knn_classify`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ from moquad.eval.common import out_dir, protocol_table, provenance, read_split, 
 from moquad.eval.features import extract, read_features
 
 TIE_DECIMALS = 9
+FP32_U = 2.0**-24  # unit roundoff of float32 (round to nearest)
+FP64_U = 2.0**-53
+MARGIN = 8  # extra fp32 candidates beyond k, so a near-tie at the k-th place rarely needs a whole row
 
 
 def prepare(x: np.ndarray, center: bool) -> np.ndarray:
@@ -44,11 +51,6 @@ def prepare(x: np.ndarray, center: bool) -> np.ndarray:
         x = x - x.mean(0, keepdims=True)
     n = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.maximum(n, 1e-12)
-
-
-FP32_U = 2.0**-24  # unit roundoff of float32 (round to nearest)
-FP64_U = 2.0**-53
-MARGIN = 8  # extra fp32 candidates beyond k, so a near-tie at the k-th place rarely needs a whole row
 
 
 def _as_tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -255,28 +257,39 @@ def lance_index(gallery: np.ndarray, path: Path, index_type: str = LANCE_INDEX, 
     return ds
 
 
-def lance_search(ds: lance.LanceDataset, queries: np.ndarray, k: int, nprobes: int,
-                 **search: Any) -> np.ndarray:
-    """(Q, k) gallery rows from ONE batched Lance query (``q`` 2-D); -1 where fewer than k came back."""
+def _lance_query(ds: lance.LanceDataset, queries: np.ndarray, k: int, search: dict[str, Any]) -> np.ndarray:
     res = ds.to_table(nearest={"column": "embedding", "q": np.ascontiguousarray(queries, dtype=np.float32), "k": k,
-                               "metric": "cosine", "minimum_nprobes": nprobes, **search},
-                      columns=["row"], disable_scoring_autoprojection=True)
+                               "metric": "cosine", **search}, columns=["row"], disable_scoring_autoprojection=True)
     qi, rows = res.column("query_index").to_numpy(), res.column("row").to_numpy()
     out = np.full((len(queries), k), -1, dtype=np.int64)
     order = np.argsort(qi, kind="stable")  # per query, in Lance's (distance) order
     qi, rows = qi[order], rows[order]
-    starts = np.searchsorted(qi, np.arange(len(queries)))
-    place = np.arange(len(qi)) - starts[qi]
-    out[qi, place] = rows
+    out[qi, np.arange(len(qi)) - np.searchsorted(qi, qi)] = rows
     return out
+
+
+def lance_search(ds: lance.LanceDataset, queries: np.ndarray, k: int, nprobes: int, **search: Any) -> np.ndarray:
+    """(Q, k) gallery rows from ONE batched Lance query (``q`` 2-D) searching ``nprobes`` IVF partitions.
+
+    Queries whose partitions held fewer than k vectors are asked again, searching on until k are found.
+    """
+    out = _lance_query(ds, queries, k, {"nprobes": nprobes, **search})
+    short = (out < 0).any(1)
+    if short.any():
+        out[short] = _lance_query(ds, queries[short], k, {"minimum_nprobes": nprobes, **search})
+    return out
+
+
+def lance_trained_partitions(ds: lance.LanceDataset) -> int:
+    """IVF partitions the index really has (Lance trains at most one per 256 vectors)."""
+    return int(ds.stats.index_stats("embedding_idx")["indices"][0]["num_partitions"])
 
 
 def lance_nearest(gallery: np.ndarray, queries: np.ndarray, k: int, path: Path) -> np.ndarray:
     """Approximate k nearest through a Lance vector index (``LANCE_INDEX``, ``LANCE_NPROBES``)."""
-    k = min(k, len(gallery))
-    parts = min(lance_partitions(len(gallery)), max(1, len(gallery) // 4))
-    ds = lance_index(gallery, path, partitions=parts)
-    return lance_search(ds, queries, k, nprobes=max(1, round(LANCE_NPROBES * parts)))
+    ds = lance_index(gallery, path)
+    nprobes = max(1, round(LANCE_NPROBES * lance_trained_partitions(ds)))
+    return lance_search(ds, queries, min(k, len(gallery)), nprobes)
 
 
 def recall_at(approx: np.ndarray, exact: np.ndarray, ks: Sequence[int]) -> dict[str, float]:
