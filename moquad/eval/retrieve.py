@@ -324,7 +324,8 @@ def _tables(cfg: EvalConfig, result: dict[str, Any], title: str) -> list[Table]:
             row += [f"{100 * result['lance'][f'hit@{k}']:.2f}", f"{result['lance'][f'recall@{k}']:.3f}"]
         table.add_row(*row)
     knn = result["knn"]
-    kt = Table(title="weighted kNN classification (DINO protocol)")
+    kt_title = "weighted kNN classification (DINO protocol)"
+    kt = Table(title=kt_title, min_width=len(kt_title) + 4)
     for col in ("k", "T", "top-1 (%)", "top-5 (%)"):
         kt.add_column(col, justify="right")
     kt.add_row(str(knn["k"]), f"{knn['t']:g}", f"{100 * knn['knn_top1']:.2f}", f"{100 * knn['knn_top5']:.2f}")
@@ -354,7 +355,8 @@ def retrieve(cfg: EvalConfig, json_path: str | Path | None = None, *, query_spli
         "hit": "any of the k nearest has the query's class",
         "ties": f"similarity rounded to 1e-{TIE_DECIMALS}, equal ones ordered by gallery position",
         "ks": list(cfg.ks), "index": cfg.index,
-        "knn": f"DINO weighted kNN: {cfg.knn_k} nearest vote exp(cos/{cfg.knn_t:g}) for their class",
+        "knn": f"DINO weighted kNN: the {cfg.knn_k} nearest (at most the gallery) vote exp(cos/{cfg.knn_t:g}) "
+               "for their class",
         "features": {k: v for k, v in qf["metadata"]["protocol"].items() if k != "split"},
     }
     result["features"] = {query_split: str(q_path), gallery_split: str(g_path)}
