@@ -235,7 +235,7 @@ def topk_retrieval(
 
 # Lance index used by ``--index lance``: the settings that won benchmarks/bench_retrieval.py (README).
 LANCE_INDEX = "IVF_FLAT"
-LANCE_NPROBES = 0.05  # share of the IVF partitions searched per query
+LANCE_NPROBES = 0.03  # share of the IVF partitions searched per query
 
 
 def lance_partitions(n: int) -> int:
