@@ -73,6 +73,18 @@ def fp32_error_bound(d: int, norms: float = 1.0) -> float:
 
 
 @contextmanager
+def _one_cpu_thread(device: torch.device) -> Iterator[None]:
+    """The fix-up is many tiny ops: on CPU one thread, so no op waits on a busy core's barrier."""
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@contextmanager
 def _strict_fp32() -> Iterator[None]:
     """Full-precision float32 matmuls (no TF32 / bf16 passes), so the error bound above holds."""
     prec, tf32 = torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32
@@ -173,7 +185,8 @@ def nearest(q: np.ndarray | torch.Tensor, g: np.ndarray | torch.Tensor, k: int, 
         for s in range(0, len(qt), chunk):
             qc = qt[s : s + chunk]
             v, idx = torch.topk(qc.float() @ g32.T, top, dim=1)
-            out.append(_fix_up(qc, gt, v, idx, cuts, tol, complete=top == n))
+            with _one_cpu_thread(qc.device):
+                out.append(_fix_up(qc, gt, v, idx, cuts, tol, complete=top == n))
     return torch.cat(out).cpu().numpy()
 
 
