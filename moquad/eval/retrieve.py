@@ -74,7 +74,7 @@ def fp32_error_bound(d: int, norms: float = 1.0) -> float:
 
 @contextmanager
 def _one_cpu_thread(device: torch.device) -> Iterator[None]:
-    """The fix-up is many tiny ops: on CPU one thread, so no op waits on a busy core's barrier."""
+    """Many tiny ops: on CPU one thread, so none waits at a barrier for a core another process holds."""
     threads = torch.get_num_threads()
     if device.type == "cpu":
         torch.set_num_threads(1)
@@ -115,9 +115,24 @@ def _exact_rows(q: torch.Tensor, g: torch.Tensor, k: int, block: int = 1 << 16) 
     return order[:, :k]
 
 
-def _max_norm(x: torch.Tensor, block: int = 1 << 16) -> float:
-    """Largest row norm, in float64, without a float64 copy of the whole matrix."""
-    return max((float(x[s : s + block].double().norm(dim=1).max()) for s in range(0, len(x), block)), default=0.0)
+def _max_norm(x: torch.Tensor) -> float:
+    """An upper bound of the largest row norm: float32 norms (one pass, no float64 copy) raised by their
+    own worst rounding error (the sum of d squares: gamma_(d+2), on the squared norm)."""
+    if len(x) == 0:
+        return 0.0
+    d = x.shape[1]
+    return float(x.float().norm(dim=1).max()) * (1 + (d + 4) * FP32_U)
+
+
+def _near_runs(v: torch.Tensor, cuts: list[int], tol: float) -> torch.Tensor:
+    """Gaps (rows, places - 1) between sorted places j and j+1 that are <= ``tol`` AND belong to a run of
+    such gaps spanning a cut (between places c and c+1, c in ``cuts``): where float32 cannot decide."""
+    near = (v[:, :-1] - v[:, 1:]) <= tol
+    run = torch.cumsum(~near, dim=1)  # the gaps of one run of near gaps share an id
+    at_cut = torch.tensor([c - 1 for c in cuts if c - 1 < near.shape[1]], dtype=torch.long, device=v.device)
+    hot = torch.zeros(near.shape[0], near.shape[1] + 1, dtype=torch.uint8, device=v.device)
+    hot.scatter_reduce_(1, run[:, at_cut], near[:, at_cut].to(torch.uint8), reduce="amax")
+    return near & hot.gather(1, run).bool()
 
 
 def _fix_up(q: torch.Tensor, g: torch.Tensor, v: torch.Tensor, idx: torch.Tensor, cuts: list[int], tol: float,
@@ -125,30 +140,27 @@ def _fix_up(q: torch.Tensor, g: torch.Tensor, v: torch.Tensor, idx: torch.Tensor
     """Exact top-k (k = max(cuts)) from fp32 candidates ``v, idx`` (sorted, k + margin + 1 per row).
 
     Two candidates whose fp32 values differ by more than ``tol`` are in the right order. A run of gaps
-    <= ``tol`` that spans a cut (between places c and c+1, c in ``cuts``) is re-ranked by the rounded
-    float64 similarity, then gallery index; a run that reaches the last candidate may continue
-    outside the candidates (unless ``complete``), so that row is redone whole in float64.
+    <= ``tol`` that spans a cut is re-ranked by the rounded float64 similarity, then gallery index; a
+    run that reaches the last candidate may continue outside the candidates (unless ``complete``), so
+    that row is redone whole in float64.
     """
-    near = (v[:, :-1] - v[:, 1:]) <= tol  # gap j: between sorted places j and j+1
-    run = torch.cumsum(~near, dim=1)  # the gaps of one run of near gaps share an id
-    at_cut = torch.tensor([c - 1 for c in cuts if c - 1 < near.shape[1]], dtype=torch.long, device=v.device)
-    hot = torch.zeros(near.shape[0], near.shape[1] + 1, dtype=torch.uint8, device=v.device)
-    hot.scatter_reduce_(1, run[:, at_cut], near[:, at_cut].to(torch.uint8), reduce="amax")
-    rel = near & hot.gather(1, run).bool()  # near gaps in a run that spans a cut
     k = max(cuts)
-    out = idx[:, :k].clone()  # rows without a near-tie at a cut: float32's order is the rule's
-    whole = torch.zeros(len(v), dtype=torch.bool, device=v.device)
-    if rel.shape[1] and not complete:
-        whole = rel[:, -1]  # the run reaches the last candidate: the next, unseen, one may belong to it
-    fix = (rel.any(1) & ~whole).nonzero().flatten()
-    if len(fix):
+    with _one_cpu_thread(v.device):
+        rel = _near_runs(v, cuts, tol)
+        out = idx[:, :k].clone()  # rows without a near-tie at a cut: float32's order is the rule's
+        whole = torch.zeros(len(v), dtype=torch.bool, device=v.device)
+        if rel.shape[1] and not complete:
+            whole = rel[:, -1]  # the run reaches the last candidate: the next, unseen, one may belong to it
+        fix = (rel.any(1) & ~whole).nonzero().flatten()
         rel, v, idx = rel[fix], v[fix], idx[fix]
         need = torch.zeros_like(v, dtype=torch.bool)
         need[:, :-1] |= rel
         need[:, 1:] |= rel
-        key = v.double()
         r, p = need.nonzero(as_tuple=True)
-        key[r, p] = torch.round(pair_similarities(q, g, fix[r], idx[r, p]), decimals=TIE_DECIMALS)
+    sims = pair_similarities(q, g, fix[r], idx[r, p])  # gathers, memory-bound: every thread
+    with _one_cpu_thread(v.device):
+        key = v.double()
+        key[r, p] = torch.round(sims, decimals=TIE_DECIMALS)
         by_index, perm = idx.sort(dim=1)  # equal keys: lower gallery index first (stable sort below)
         order = torch.sort(-key.gather(1, perm), dim=1, stable=True).indices
         out[fix] = by_index.gather(1, order)[:, :k]
@@ -185,8 +197,7 @@ def nearest(q: np.ndarray | torch.Tensor, g: np.ndarray | torch.Tensor, k: int, 
         for s in range(0, len(qt), chunk):
             qc = qt[s : s + chunk]
             v, idx = torch.topk(qc.float() @ g32.T, top, dim=1)
-            with _one_cpu_thread(qc.device):
-                out.append(_fix_up(qc, gt, v, idx, cuts, tol, complete=top == n))
+            out.append(_fix_up(qc, gt, v, idx, cuts, tol, complete=top == n))
     return torch.cat(out).cpu().numpy()
 
 
