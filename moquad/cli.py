@@ -284,8 +284,7 @@ def retrieve(
 ) -> None:
     """Nearest-neighbour retrieval (test queries the train split; hit@1/5/10/20/50) and weighted-kNN accuracy."""
     cfg = _eval_cfg(data, checkpoint, recipe, center=center, index=index, knn_k=knn_k, knn_t=knn_t,
-                    num_clips=num_clips, frames=frames,
-                    dilation=dilation, size=size, out=out, device=device)
+                    num_clips=num_clips, frames=frames, dilation=dilation, size=size, out=out, device=device)
     from moquad.eval.retrieve import retrieve as run_retrieve
 
     run_retrieve(cfg, json_path=json)
@@ -364,18 +363,14 @@ def cam(
     typer.echo(f"wrote {run_cam(video, cfg, out, method=method)}")
 
 
-@app.command(
-    epilog="Examples: moquad export runs/moquad/checkpoints/last.pt --format torchvision --out r3d18_moquad.pt  |  "
-    "moquad export runs/r3d50/checkpoints/last.pt --format safetensors --out r3d50_moquad.safetensors  "
-    "(then: model = torchvision.models.video.r3d_18(); model.fc = torch.nn.Identity(); "
-    "model.load_state_dict(torch.load('r3d18_moquad.pt')); the model card is r3d18_moquad.json)"
-)
+@app.command(epilog="Example: moquad export runs/moquad/checkpoints/last.pt --format torchvision --out r3d18.pt, then "
+             "model = torchvision.models.video.r3d_18(); model.fc = torch.nn.Identity(); "
+             "model.load_state_dict(torch.load('r3d18.pt')); model card: r3d18.json")
 @_friendly
 def export(
     checkpoint: str = typer.Argument(..., help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt)."),
-    fmt: str = typer.Option("torchvision", "--format",
-                               help="torchvision (r3d_18, r2plus1d_18, s3d: torchvision key names, no head) "
-                                    "or safetensors (any backbone)."),
+    fmt: str = typer.Option("torchvision", "--format", help="torchvision (r3d_18, r2plus1d_18, s3d: torchvision "
+                            "key names, no head) or safetensors (any backbone)."),
     out: str = typer.Option(..., "--out", "-o", help="File to write; the JSON model card goes beside it (.json)."),
 ) -> None:
     """Export the pre-trained backbone (torchvision names or safetensors) with a JSON model card."""

@@ -39,8 +39,7 @@ from moquad.eval.common import out_dir, protocol_table, provenance, read_split, 
 from moquad.eval.features import extract, read_features
 
 TIE_DECIMALS = 9
-FP32_U = 2.0**-24  # unit roundoff of float32 (round to nearest)
-FP64_U = 2.0**-53
+FP32_U, FP64_U = 2.0**-24, 2.0**-53  # unit roundoff of float32 and float64 (round to nearest)
 MARGIN = 8  # extra fp32 candidates beyond k, so a near-tie at the k-th place rarely needs a whole row
 
 
@@ -138,13 +137,9 @@ def _near_runs(v: torch.Tensor, cuts: list[int], tol: float) -> torch.Tensor:
 
 def _fix_up(q: torch.Tensor, g: torch.Tensor, v: torch.Tensor, idx: torch.Tensor, cuts: list[int], tol: float,
             complete: bool) -> torch.Tensor:
-    """Exact top-k (k = max(cuts)) from fp32 candidates ``v, idx`` (sorted, k + margin + 1 per row).
-
-    Two candidates whose fp32 values differ by more than ``tol`` are in the right order. A run of gaps
-    <= ``tol`` that spans a cut is re-ranked by the rounded float64 similarity, then gallery index; a
-    run that reaches the last candidate may continue outside the candidates (unless ``complete``), so
-    that row is redone whole in float64.
-    """
+    """Exact top-k (k = max(cuts)) from fp32 candidates ``v, idx`` (sorted, k + margin + 1 per row): a run of
+    near gaps spanning a cut is re-ranked by rounded float64 similarity, then gallery index; a run reaching
+    the last candidate may go on outside them (unless ``complete``): that row is redone whole in float64."""
     k = max(cuts)
     with _one_cpu_thread(v.device):
         rel = _near_runs(v, cuts, tol)
@@ -292,10 +287,8 @@ def _lance_query(ds: lance.LanceDataset, queries: np.ndarray, k: int, search: di
 
 
 def lance_search(ds: lance.LanceDataset, queries: np.ndarray, k: int, nprobes: int, **search: Any) -> np.ndarray:
-    """(Q, k) gallery rows from ONE batched Lance query (``q`` 2-D) searching ``nprobes`` IVF partitions.
-
-    Queries whose partitions held fewer than k vectors are asked again, searching on until k are found.
-    """
+    """(Q, k) gallery rows from ONE batched Lance query searching ``nprobes`` IVF partitions; queries whose
+    partitions held fewer than k vectors are asked again, searching on until k are found."""
     out = _lance_query(ds, queries, k, {"nprobes": nprobes, **search})
     short = (out < 0).any(1)
     if short.any():
@@ -304,7 +297,7 @@ def lance_search(ds: lance.LanceDataset, queries: np.ndarray, k: int, nprobes: i
 
 
 def lance_trained_partitions(ds: lance.LanceDataset) -> int:
-    """IVF partitions the index really has (Lance trains at most one per 256 vectors)."""
+    """IVF partitions the index really has (Lance may train fewer than asked on a small gallery)."""
     return int(ds.stats.index_stats("embedding_idx")["indices"][0]["num_partitions"])
 
 
