@@ -281,7 +281,7 @@ def extract(
     typer.echo(f"features: {run_extract(cfg, split, force=force)}")
 
 
-@app.command(epilog="Examples: moquad retrieve --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --json retrieval.json  |  "
+@app.command(epilog="Examples: moquad retrieve --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --json retrieval.json --knn-k 20 --knn-t 0.07  |  "
              "moquad retrieve --data data/shards --checkpoint CKPT --recipe eval/cpu_demo.yaml --set ks=1,5")
 @_friendly
 def retrieve(
@@ -291,6 +291,8 @@ def retrieve(
     json: str | None = typer.Option(None, "--json", help="Also write the numbers to this JSON file."),
     center: bool | None = typer.Option(None, "--center/--no-center", help="Subtract the split mean, re-normalise."),
     index: str | None = typer.Option(None, help="exact (default) or lance (vector index, recall reported)."),
+    knn_k: int | None = typer.Option(None, help="Weighted kNN (DINO): neighbours that vote (20)."),
+    knn_t: float | None = typer.Option(None, help="Weighted kNN (DINO): vote weight exp(cosine / T) (0.07)."),
     num_clips: int | None = typer.Option(None, help="Clips per video (10)."),
     frames: int | None = typer.Option(None, help="Frames per clip (16)."),
     dilation: int | None = typer.Option(None, help="Frame step inside a clip (2)."),
@@ -300,9 +302,9 @@ def retrieve(
     sets: list[str] | None = _SET,
     print_config: bool = _PRINT,
 ) -> None:
-    """Nearest-neighbour retrieval: test videos query the train split; top-1/5/10/20/50."""
-    cfg = _eval_cfg(data, checkpoint, recipe, sets, center=center, index=index, num_clips=num_clips, frames=frames,
-                    dilation=dilation, size=size, out=out, device=device)
+    """Nearest-neighbour retrieval (test queries the train split; hit@1/5/10/20/50) and weighted-kNN accuracy."""
+    cfg = _eval_cfg(data, checkpoint, recipe, sets, center=center, index=index, knn_k=knn_k, knn_t=knn_t,
+                    num_clips=num_clips, frames=frames, dilation=dilation, size=size, out=out, device=device)
     if _printed(cfg, print_config):
         return
     from moquad.eval.retrieve import retrieve as run_retrieve
@@ -398,6 +400,24 @@ def cam(
     from moquad.eval.cam import cam as run_cam
 
     typer.echo(f"wrote {run_cam(video, cfg, out, method=method)}")
+
+
+@app.command(epilog="Example: moquad export runs/moquad/checkpoints/last.pt --format torchvision --out r3d18.pt, then "
+             "model = torchvision.models.video.r3d_18(); model.fc = torch.nn.Identity(); "
+             "model.load_state_dict(torch.load('r3d18.pt')); model card: r3d18.json")
+@_friendly
+def export(
+    checkpoint: str = typer.Argument(..., help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt)."),
+    fmt: str = typer.Option("torchvision", "--format", help="torchvision (r3d_18, r2plus1d_18, s3d: torchvision "
+                            "key names, no head) or safetensors (any backbone)."),
+    out: str = typer.Option(..., "--out", "-o", help="File to write; the JSON model card goes beside it (.json)."),
+) -> None:
+    """Export the pre-trained backbone (torchvision names or safetensors) with a JSON model card."""
+    _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain` (RUN/checkpoints/last.pt)")
+    from moquad.export import export as run_export
+
+    weights, card = run_export(checkpoint, fmt, out)
+    typer.echo(f"wrote {weights} and its model card {card}")
 
 
 # ----------------------------------------------------------------------------- everything

@@ -172,6 +172,8 @@ class EvalConfig:
     center: bool = False
     ks: tuple[int, ...] = rule((1, 5, 10, 20, 50), ge=1)
     index: str = rule("exact", choices=("exact", "lance"))
+    knn_k: int = rule(20, ge=1)  # weighted kNN classification (DINO): neighbours that vote
+    knn_t: float = rule(0.07, gt=0)  # ... with weight exp(cosine / knn_t)
     # linear probe / fine-tuning
     epochs: int = rule(100, ge=1)
     lr: float = rule(0.08, gt=0)

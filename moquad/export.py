@@ -1,0 +1,162 @@
+"""Export a pre-trained backbone for use outside moquad, with a JSON model card beside it.
+
+``--format torchvision`` (r3d_18, r2plus1d_18, s3d): a ``torch.save``'d state dict under
+torchvision's key names. The classifier head is NOT in it (MoQuad pre-trains no classifier;
+neither is the contrastive projection head exported), so load it into a headless model::
+
+    model = torchvision.models.video.r3d_18()        # or r2plus1d_18()
+    model.fc = torch.nn.Identity()                   # s3d: model.classifier = torch.nn.Identity()
+                                                     #      model.avgpool = torch.nn.AdaptiveAvgPool3d(1)
+    model.load_state_dict(torch.load(FILE, weights_only=True))   # strict=True
+    features = model(clips)                          # (N, 512) r3d/r(2+1)d, (N, 1024) s3d: moquad's features
+
+Into the unmodified model, ``load_state_dict(sd, strict=False)`` reports exactly the head as missing
+(``fc.weight, fc.bias``; s3d: ``classifier.1.weight, classifier.1.bias``) and nothing unexpected: the
+way to fine-tune with a fresh head. S3D's own ``avgpool`` (2x7x7 window) only fits 224-px input;
+moquad pools globally, hence the AdaptiveAvgPool3d above.
+
+``--format safetensors`` (every backbone): the same tensors in a ``.safetensors`` file -- torchvision
+key names for the three torchvision architectures, moquad's own (``moquad.models.build_backbone``)
+for ``r3d_50`` and ``tiny``; the card says how to build and load it.
+
+The card (FILE with the suffix ``.json``): the resolved pre-train config from the checkpoint, the
+checkpoint's sha256, the checksum of the pre-training split's manifest (null, with the reason, when
+it cannot be read), and the headline numbers of the evaluations in ``RUN/eval/*.json`` that were made
+from this very checkpoint (same sha256). Files are written atomically (temp + rename).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import moquad
+from moquad.data.augment import MEAN, STD
+from moquad.data.store import manifest_checksum, read_manifest
+from moquad.eval.common import sha256_file
+from moquad.io import atomic_write
+from moquad.models import build_backbone
+from moquad.train.checkpoint import load
+
+FORMATS = ("torchvision", "safetensors")
+TORCHVISION = {  # the prefix of moquad's backbone keys above torchvision's; the head the export lacks
+    "r3d_18": ("net.", ["fc.weight", "fc.bias"]),
+    "r2plus1d_18": ("net.", ["fc.weight", "fc.bias"]),
+    "s3d": ("", ["classifier.1.weight", "classifier.1.bias"]),
+}
+HEADLINES = ("top1", "top5", "top10", "top20", "top50", "knn_top1", "knn_top5", "mean_class_accuracy")
+
+
+def backbone_state(ckpt: dict[str, Any], torchvision_names: bool) -> dict[str, torch.Tensor]:
+    """The backbone's tensors of a checkpoint, under torchvision's key names or moquad's backbone names."""
+    arch = ckpt["config"]["backbone"]
+    prefix = "backbone."
+    if torchvision_names:
+        prefix += TORCHVISION[arch][0]
+    sd = {k[len(prefix):]: v.contiguous() for k, v in ckpt["model"].items() if k.startswith(prefix)}
+    if not sd:
+        raise ValueError(f"the checkpoint holds no {arch} backbone weights; pass a checkpoint of `moquad pretrain`")
+    return sd
+
+
+def _load_instructions(arch: str, fmt: str, file: str) -> str:
+    read = (f"safetensors.torch.load_file({file!r})" if fmt == "safetensors"
+            else f"torch.load({file!r}, weights_only=True)")
+    if arch in TORCHVISION:
+        head = ("model.classifier = torch.nn.Identity(); model.avgpool = torch.nn.AdaptiveAvgPool3d(1)"
+                if arch == "s3d" else "model.fc = torch.nn.Identity()")
+        return (f"model = torchvision.models.video.{arch}(); {head}; model.load_state_dict({read})  "
+                f"# strict; or keep the head and load_state_dict(..., strict=False): missing = the head only")
+    return (f"from moquad.models import build_backbone; model, dim = build_backbone({arch!r}); "
+            f"model.load_state_dict({read})")
+
+
+def _data_checksum(cfg: dict[str, Any]) -> dict[str, Any]:
+    split = cfg.get("split", "train")
+    out: dict[str, Any] = {"dir": cfg.get("data"), "split": split, "manifest_checksum": None}
+    if not cfg.get("data"):
+        return {**out, "reason": "the checkpoint's config names no data folder"}
+    try:
+        table = read_manifest(cfg["data"], split)
+    except (OSError, ValueError) as e:  # moved, deleted or unreadable since pre-training
+        return {**out, "reason": f"manifest not readable here: {str(e).splitlines()[0]}"}
+    return {**out, "videos": table.num_rows, "manifest_checksum": manifest_checksum(table)}
+
+
+def _eval_results(ckpt_path: Path, sha: str) -> dict[str, Any]:
+    """Headline numbers of RUN/eval/*.json made from this checkpoint; others listed as stale."""
+    run = ckpt_path.parent.parent if ckpt_path.parent.name == "checkpoints" else ckpt_path.parent
+    found: dict[str, Any] = {}
+    stale = []
+    for path in sorted((run / "eval").glob("*.json")):
+        try:
+            res = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(res, dict) or "task" not in res:
+            continue
+        if res.get("checkpoint", {}).get("sha256") != sha:
+            stale.append(path.name)
+            continue
+        found[path.stem] = {"task": res["task"], **{k: res[k] for k in HEADLINES if k in res}}
+    return {"results": found, "other_checkpoint": stale} if stale else {"results": found}
+
+
+def model_card(ckpt: dict[str, Any], ckpt_path: Path, fmt: str, out: Path, sha: str) -> dict[str, Any]:
+    """The JSON written beside an export (see the module docstring)."""
+    cfg = ckpt["config"]
+    arch = cfg["backbone"]
+    loader = cfg.get("loader") or {}
+    return {
+        "moquad_version": moquad.__version__,
+        "file": out.name, "format": fmt, "file_sha256": sha256_file(out),
+        "architecture": arch,
+        "feature_dim": build_backbone(arch)[1],
+        "keys": "torchvision" if arch in TORCHVISION else "moquad.models.build_backbone",
+        "load": _load_instructions(arch, fmt, out.name),
+        "not_exported": (TORCHVISION[arch][1] if arch in TORCHVISION else [])
+        + ["MoQuad projection head (head.*: pre-training only)"],
+        "input": {"layout": "(N, 3, T, H, W) float32", "normalize": "(x / 255 - mean) / std, RGB",
+                  "mean": list(MEAN), "std": list(STD), "pretrain_frames": loader.get("frames"),
+                  "pretrain_size": loader.get("size")},
+        "checkpoint": {"path": str(ckpt_path.resolve()), "sha256": sha, "step": ckpt.get("step"),
+                       "epoch": ckpt.get("epoch"), "git": ckpt.get("git"),
+                       "moquad_version": ckpt.get("moquad_version")},
+        "pretrain_config": cfg,
+        "data": _data_checksum(cfg),
+        "eval": _eval_results(ckpt_path, sha),
+    }
+
+
+def export(checkpoint: str | Path, fmt: str, out: str | Path) -> tuple[Path, Path]:
+    """Write the backbone of ``checkpoint`` to ``out`` in ``fmt`` and the model card beside it."""
+    ckpt_path, out = Path(checkpoint), Path(out)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; choose torchvision or safetensors")
+    if out.suffix == ".json":
+        raise ValueError(f"--out {out} would clash with its model card; use .pt / .pth / .safetensors")
+    ckpt = load(ckpt_path)
+    cfg = ckpt.get("config") if isinstance(ckpt, dict) else None
+    if not isinstance(cfg, dict) or "model" not in ckpt or "backbone" not in cfg:
+        raise ValueError(f"{ckpt_path} is not a moquad pretrain checkpoint (no model or backbone in it); "
+                         "pass RUN/checkpoints/last.pt")
+    arch = cfg["backbone"]
+    if fmt == "torchvision" and arch not in TORCHVISION:
+        raise ValueError(f"{arch} is not a torchvision architecture; export it with --format safetensors")
+    sd = backbone_state(ckpt, torchvision_names=arch in TORCHVISION)
+    sha = sha256_file(ckpt_path)
+    hint = "re-run the export"
+    if fmt == "safetensors":
+        from safetensors.torch import save
+
+        meta = {"architecture": arch, "checkpoint_sha256": sha, "moquad_version": moquad.__version__}
+        atomic_write(out, lambda f: f.write(save({k: v.contiguous() for k, v in sd.items()}, metadata=meta)), hint)
+    else:
+        atomic_write(out, lambda f: torch.save(sd, f), hint)
+    card_path = out.with_suffix(".json")
+    card = model_card(ckpt, ckpt_path, fmt, out, sha)
+    atomic_write(card_path, lambda f: f.write((json.dumps(card, indent=2, default=str) + "\n").encode()), hint)
+    return out, card_path
