@@ -256,7 +256,7 @@ def test_retrieve_cli_reports_knn(tmp_path):
     assert {k: saved[k] for k in want} == pytest.approx(want)
     bad = subprocess.run([*base, "--knn-t", "0"], capture_output=True, text=True)
     lines = [x for x in bad.stderr.splitlines() if x.strip()]
-    assert bad.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "--knn-t" in lines[0]
+    assert bad.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "knn_t must be > 0" in lines[0]
 
 
 def test_nearest_cuts_give_exact_sets_at_each_cut():
