@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 
@@ -49,15 +50,27 @@ def test_retrieve_and_linear(pipeline):
     for k in (1, 5, 10):
         assert 0.0 <= res[f"top{k}"] <= 1.0
     assert res["top1"] <= res["top5"] <= res["top10"]
+    assert res["queries"] == res["data"]["manifests"]["test"]["videos"] > 0 and 0 <= res["knn_top1"] <= 1
     moquad("linear", "--data", pipeline / "shards", "--checkpoint", ckpt, "--epochs", 3, "--out", pipeline / "eval",
            "--device", "cpu", "--size", 32, "--frames", 4, "--num-clips", 2)
+    lin = json.loads((pipeline / "eval" / "linear_fast.json").read_text())
+    conf = np.array(lin["confusion"])  # the reported accuracies are those of the confusion matrix
+    assert conf.sum() == lin["videos"] == res["queries"]
+    assert lin["top1"] == pytest.approx(np.trace(conf) / conf.sum())
+    assert lin["mean_class_accuracy"] == pytest.approx(np.mean([r["accuracy"] for r in lin["per_class"]]))
+    assert lin["protocol"]["features"]["size"] == 32 and lin["protocol"]["features"]["frames"] == 4
 
 
 def test_finetune_and_cam(pipeline, real_videos_dir):
     ckpt = pipeline / "run" / "checkpoints" / "last.pt"
     moquad("finetune", "--data", pipeline / "shards", "--checkpoint", ckpt, "--epochs", 1, "--batch-size", 4,
            "--frames", 4, "--size", 32, "--num-clips", 2, "--crops", 1, "--out", pipeline / "ft", "--device", "cpu")
-    assert list((pipeline / "ft").rglob("*.json"))
+    ft = json.loads((pipeline / "ft" / "finetune.json").read_text())
+    preds = ft["predictions"]
+    assert len(preds) == ft["videos"] == np.array(ft["confusion"]).sum() > 0
+    assert ft["top1"] == pytest.approx(np.mean([p["pred"] == p["label"] for p in preds]))
+    assert len(ft["train_loss_per_epoch"]) == 1 and ft["train_loss_per_epoch"][0] > 0
+    assert (pipeline / "ft" / "finetune_model.pt").is_file() and (pipeline / "ft" / "finetune_confusion.png").is_file()
     video = shutil.copy(real_videos_dir / "v_SoccerJuggling_g23_c01.avi", pipeline / "clip.avi")
     moquad("cam", video, "--checkpoint", ckpt, "--out", pipeline / "cam.png", "--frames", 4, "--size", 32,
            "--device", "cpu")
