@@ -130,31 +130,13 @@ def gather_ids(x: torch.Tensor) -> torch.Tensor:
     return torch.cat(out)
 
 
-def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
-    """Sum of a (detached) tensor over ranks; identity if single-process."""
+def all_reduce(x: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """``sum``, ``max`` or ``mean`` of a (detached) tensor over ranks; the tensor itself if single-process."""
     if not is_dist():
         return x
     x = x.detach().clone()
-    dist.all_reduce(x, op=dist.ReduceOp.SUM)
-    return x
-
-
-def all_reduce_max(x: torch.Tensor) -> torch.Tensor:
-    """Element-wise max over ranks; identity if single-process."""
-    if not is_dist():
-        return x
-    x = x.detach().clone()
-    dist.all_reduce(x, op=dist.ReduceOp.MAX)
-    return x
-
-
-def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
-    """Mean of a (detached) tensor over ranks; identity if single-process."""
-    if not is_dist():
-        return x
-    x = x.detach().clone()
-    dist.all_reduce(x, op=dist.ReduceOp.SUM)
-    return x / dist.get_world_size()
+    dist.all_reduce(x, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return x / dist.get_world_size() if op == "mean" else x
 
 
 def my_rows(n: int) -> list[int]:

@@ -54,3 +54,23 @@ def coded_dataset(
     """A dataset of :func:`coded_video` videos ``v00, v01, ...`` (label = video % 4)."""
     videos = [(f"v{v:02d}", coded_video(v, num_frames, *size), v % 4) for v in range(num_videos)]
     return write_dataset(out, videos, videos_per_shard=videos_per_shard)
+
+
+def make_checkpoint(path: Path, seed: int = 0, backbone: str = "tiny", data: str = "") -> Path:
+    """A pretrain checkpoint of a random model (BN statistics and scales made non-trivial), full resolved config."""
+    import torch
+
+    from moquad import config as C
+    from moquad.models import build_model
+    from moquad.train import checkpoint
+
+    torch.manual_seed(seed)
+    model = build_model(backbone, proj_dim=16, proj_hidden=32)
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.running_mean.uniform_(-0.2, 0.2)
+            m.running_var.uniform_(0.5, 1.5)
+            m.weight.data.uniform_(0.5, 1.5)
+    cfg = C.to_dict(C.PretrainConfig(backbone=backbone, data=data, proj_dim=16, proj_hidden=32, epochs=3))
+    return checkpoint.save({"model": model.state_dict(), "optimizer": {}, "step": 7, "epoch": 2, "config": cfg,
+                            "seeds": {"seed": seed}, "moquad_version": "test", "git": None}, path)

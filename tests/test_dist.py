@@ -53,7 +53,7 @@ def _grads(model, views, out, video):
         loss.backward()
         core = model.module if hasattr(model, "module") else model
         result[mode] = [p.grad.clone() for p in core.parameters()]
-        result[mode + "_loss"] = dist.all_reduce_mean(loss.detach())
+        result[mode + "_loss"] = dist.all_reduce(loss.detach(), "mean")
     torch.save(result, out)
 
 

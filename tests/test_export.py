@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 import torchvision.models.video as tvv
+from fixtures import make_checkpoint
 from safetensors.torch import load_file
 
-from moquad import config as C
 from moquad.data.store import manifest_checksum
 from moquad.errors import MoquadError
 from moquad.export import TORCHVISION, export
-from moquad.models import build_backbone, build_model
+from moquad.models import build_backbone
 from moquad.preprocess.manifest import read_manifest
 from moquad.train import checkpoint
 
@@ -28,17 +28,7 @@ ATOL, RTOL = 1e-6, 1e-5
 
 
 def _checkpoint(path: Path, backbone: str, data: str = "", seed: int = 0) -> Path:
-    """A pretrain checkpoint with random weights and non-trivial BN statistics, full resolved config."""
-    torch.manual_seed(seed)
-    model = build_model(backbone, proj_dim=16, proj_hidden=32)
-    for m in model.modules():
-        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
-            m.running_mean.uniform_(-0.2, 0.2)
-            m.running_var.uniform_(0.5, 1.5)
-            m.weight.data.uniform_(0.5, 1.5)
-    cfg = C.to_dict(C.PretrainConfig(backbone=backbone, data=data, proj_dim=16, proj_hidden=32, epochs=3))
-    return checkpoint.save({"model": model.state_dict(), "optimizer": {}, "step": 7, "epoch": 2, "config": cfg,
-                            "seeds": {"seed": seed}, "moquad_version": "test", "git": None}, path)
+    return make_checkpoint(path, seed=seed, backbone=backbone, data=data)
 
 
 def _moquad_features(ckpt: Path, x: torch.Tensor) -> torch.Tensor:

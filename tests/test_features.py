@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import webdataset as wds
-from fixtures import write_dataset
+from fixtures import make_checkpoint, write_dataset
 
 from moquad.config import EvalConfig
 from moquad.data.augment import normalize
@@ -60,23 +60,6 @@ def make_tiny_dataset(root: Path, per_split: dict[str, int] | None = None, frame
             videos.append((f"{split}/v_{CLASSES[label]}_{i:02d}.avi", _video(rng, label, frames - (i % 3) * 3, h, w), label))
         write_dataset(root, videos, split=split, videos_per_shard=(n + 1) // 2, quality=90, fps=25.0, classes=CLASSES)
     return root
-
-
-def make_checkpoint(path: Path, seed: int = 0, backbone: str = "tiny") -> Path:
-    """A checkpoint of a randomly initialised tiny model (BN stats made non-trivial)."""
-    from moquad.models import build_model
-
-    torch.manual_seed(seed)
-    model = build_model(backbone, proj_dim=16, proj_hidden=32)
-    for m in model.modules():
-        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
-            m.running_mean.uniform_(-0.1, 0.1)
-            m.running_var.uniform_(0.5, 1.5)
-    cfg = {"backbone": backbone, "proj_dim": 16, "proj_hidden": 32}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"model": model.state_dict(), "optimizer": {}, "step": 0, "epoch": 0, "config": cfg,
-                "seeds": {}, "moquad_version": "test", "git": None}, path)
-    return path
 
 
 def eval_cfg(data: Path, ckpt: Path, out: Path, **kw) -> EvalConfig:

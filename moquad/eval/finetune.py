@@ -133,7 +133,7 @@ def _train(net: nn.Module, cfg: EvalConfig, train: Split, rows: np.ndarray, weig
                                                                                         dtype=torch.float64)])
                 step += 1
                 progress.advance(task)
-            total = dist.all_reduce_sum(total)
+            total = dist.all_reduce(total)
             losses.append(float(total[0] / total[1].clamp_min(1)))
     return losses
 

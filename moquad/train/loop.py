@@ -363,7 +363,7 @@ def _record_bad(t: Trainer, bad: list[dict], step: int) -> int:
 
 def _check_finite(t: Trainer, w: _Window) -> None:
     """DINO's guard: stop at the first non-finite loss, keeping the last good checkpoint (a sync point)."""
-    first = dist.all_reduce_max(w.nonfinite)
+    first = dist.all_reduce(w.nonfinite, "max")
     if float(first[0]) >= 0:
         step = int(first[0])
         kept = t.ckpt_path if t.ckpt_path.is_file() else "none yet (no checkpoint was written)"
@@ -376,7 +376,7 @@ def _log_step(t: Trainer, epoch: int, mode: str, done: int, lr: float, w: _Windo
     """Reduce the window over ranks, check it, log it (the only per-step host sync)."""
     _check_finite(t, w)
     cfg, world = t.cfg, t.info.world_size
-    sums = dist.all_reduce_sum(torch.cat([w.sums, torch.tensor([float(w.bad)], dtype=torch.float64,
+    sums = dist.all_reduce(torch.cat([w.sums, torch.tensor([float(w.bad)], dtype=torch.float64,
                                                                 device=w.sums.device)])).tolist()
     limit = cfg.loader.max_bad_fraction * t.spe * cfg.batch_size
     if sums[4] > limit:
