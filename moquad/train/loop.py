@@ -233,8 +233,9 @@ def _report(cfg: PretrainConfig, videos: int, spe: int, unfit: dict[int, int]) -
     console.print(f"videos too short for a {cfg.loader.frames}-frame clip ({fits}); they use the dilations that fit "
                   "(see moquad.data.sampling)")
     if total < 50:
-        console.print(f"[yellow]warning:[/] only {total} optimizer steps; for a small dataset use a smaller batch and "
-                      "more epochs, e.g. `--recipe train/cpu_demo.yaml` or `--batch-size 16 --epochs 60`")
+        console.print(f"[yellow]warning:[/] only {total} optimizer steps; for a small dataset use a smaller "
+                      f"--batch-size (the split has {videos} videos) and more --epochs, as `--recipe "
+                      "train/cpu_demo.yaml` does (batch 16, 60 epochs)")
 
 
 def _resume(cfg: PretrainConfig, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, spe: int,
