@@ -34,7 +34,7 @@ probe reads what moquad evaluates), and the Fig. 4 ranks of each run's last 20 %
     nice python benchmarks/feature_probe.py /work/runs/evidence/directions/seed0 --out runs/probe/probe.json
     nice python benchmarks/feature_probe.py RUN --checkpoint "warm-up 0.2=runs/w/checkpoints/last.pt"
 
-One torch thread (the machine is shared); ~1 min per checkpoint on a busy 2-core box.
+One torch thread (the machine is shared): ~15 s per checkpoint on 2 cores, 3 checkpoints per run folder.
 """
 
 from __future__ import annotations
