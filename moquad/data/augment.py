@@ -108,14 +108,15 @@ def _colour_maps(y: torch.Tensor, codes: torch.Tensor, factors: torch.Tensor, se
     return colour_matrices(codes[sel].to(y.device), factors[sel].to(y.device), mean)
 
 
-def apply_views(batch: dict, size: int, quantize: bool = False) -> torch.Tensor:
+def apply_views(batch: dict, size: int, quantize: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
     """A batch's views from its frames and parameters -> (B, V, T, size, size, 3), on ``batch["raw"]``'s device.
 
     ``batch``: ``raw`` uint8 (B, U, H, W, 3) distinct frames per video (zero padded), ``frame_index`` (B, V, T),
     ``box`` (B, V, 4), ``flip`` (B, V), ``colour_ops`` / ``colour_factors`` (B, V, K), ``lam`` (B, V),
     ``cells`` (B, V, k*k) indices into ``pool`` uint8 (P, c, c, 3), ``noise_frame`` (B, V); the parameters
     stay on the host (which clips need which step is decided there, without a device sync).
-    Float32 in 0..255, or uint8 rounded half up with ``quantize`` (the +0.5 is folded into the last step).
+    Float32 in 0..255, or uint8 rounded half up with ``quantize`` (the +0.5 is folded into the last step);
+    written into ``out`` (B*V, T, size, size, 3) when given (the workers pass shared memory: no copy to send).
     """
     b, v, t = batch["frame_index"].shape
     n, dev = b * v, batch["raw"].device
@@ -132,7 +133,8 @@ def apply_views(batch: dict, size: int, quantize: bool = False) -> torch.Tensor:
         cells = batch["cells"].reshape(n, -1)[hits].to(dev)
         mosaics = dict(zip(hits, rad_mosaic(batch["pool"][cells], size)))
     o = 0.5 if quantize else 0.0
-    out = torch.empty(y.shape, dtype=torch.uint8 if quantize else torch.float32, device=dev)
+    if out is None:
+        out = torch.empty(y.shape, dtype=torch.uint8 if quantize else torch.float32, device=dev)
     for i in range(n):
         x, offset = y[i], 0.0
         if i in maps:  # step 2: clamp(M @ rgb + b), channels-last 1x1 convolution (the fastest 3x3 map)
@@ -204,7 +206,6 @@ def to_model(batch: dict, device: torch.device | str, size: int) -> torch.Tensor
         return normalize(batch["views"], device)
     if "raw" not in batch:
         batch = {**batch, "raw": decode_batch(batch, device)}
-    moved = {k: batch[k].to(device, non_blocking=True) if k in ("raw", "pool", "frame_index") else batch[k]
-             for k in PARAM_KEYS}
-    views = apply_views(moved, size)  # (B, V, T, S, S, 3) float on the device
+    moved = {**{k: batch[k] for k in PARAM_KEYS}, "raw": batch["raw"].to(device, non_blocking=True)}
+    views = apply_views(moved, size)  # moves the few small tensors it needs on the device itself  # (B, V, T, S, S, 3) float on the device
     return normalize(views.permute(0, 1, 5, 2, 3, 4), device)

@@ -28,16 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-APPEARANCE_OPS = ("rad_inter", "rad_intra", "be", "none")
 MOTION_OPS = ("speed", "reverse", "shuffle")
-
-
-def check_ops(appearance_op: str, motion_op: str) -> None:
-    """Raise a ValueError naming the valid choices for an unknown disturbance."""
-    if appearance_op not in APPEARANCE_OPS:
-        raise ValueError(f"unknown appearance_op {appearance_op!r}; choose one of {', '.join(APPEARANCE_OPS)}")
-    if motion_op not in MOTION_OPS:
-        raise ValueError(f"unknown motion_op {motion_op!r}; choose one of {', '.join(MOTION_OPS)}")
 
 
 def draw_lambda(rng: np.random.Generator, lam_range: tuple[float, float]) -> float:

@@ -131,11 +131,14 @@ class EpochBatches(Dataset):
         split = self.split
         idx = [d[0] for d in drawn]
         if self.cfg.decode_on_device:
-            chunks = [bytes(memoryview(payload)[fo[f] : fo[f + 1]]) for i, payload, p in drawn
+            ranges = [(payload, fo[f], fo[f + 1]) for i, payload, p in drawn
                       for fo in [split.frame_offsets(i)] for f in p.frames.tolist()]
-            flat = _empty((sum(len(c) for c in chunks),), torch.uint8)
-            flat.numpy()[:] = np.frombuffer(b"".join(chunks), dtype=np.uint8)
-            return {"jpeg": flat, "jpeg_offsets": torch.from_numpy(np.cumsum([0] + [len(c) for c in chunks])),
+            ends = np.cumsum([0] + [int(b - a) for _, a, b in ranges])
+            flat = _empty((int(ends[-1]),), torch.uint8)
+            dst = flat.numpy()
+            for (payload, a, b), at in zip(ranges, ends[:-1]):  # one copy, straight into shared memory
+                dst[at : at + b - a] = np.frombuffer(payload, np.uint8, count=b - a, offset=a)
+            return {"jpeg": flat, "jpeg_offsets": torch.from_numpy(ends),
                     "jpeg_count": torch.tensor([len(p.frames) for _, _, p in drawn]),
                     "hw": torch.from_numpy(np.stack([split.height[idx], split.width[idx]], 1))}
         shape = (max(len(d[2].frames) for d in drawn), int(split.height[idx].max()), int(split.width[idx].max()), 3)
@@ -163,10 +166,10 @@ class EpochBatches(Dataset):
         if self.augment_on_device:
             out.update(batch)
         else:
-            views = apply_views(batch, cfg.size, quantize=True)  # (B, V, T, S, S, 3) uint8
-            shared = _empty(tuple(views.shape), torch.uint8)
-            shared.copy_(views)
-            out["views"] = shared.permute(0, 1, 5, 2, 3, 4)  # (B, V, 3, T, S, S), channels-last memory
+            b, v, t = batch["frame_index"].shape
+            shared = _empty((b * v, t, cfg.size, cfg.size, 3), torch.uint8)
+            views = apply_views(batch, cfg.size, quantize=True, out=shared)  # (B, V, T, S, S, 3) uint8
+            out["views"] = views.permute(0, 1, 5, 2, 3, 4)  # (B, V, 3, T, S, S), channels-last memory
         if self.debug:
             out["info"] = [p.info for p in params]
         return out

@@ -27,10 +27,9 @@ from typing import Any
 import numpy as np
 
 from moquad.config import LoaderConfig
-from moquad.data.disturb import APPEARANCE_OPS, MOTION_OPS, check_ops, draw_lambda, motion_indices
+from moquad.data.disturb import draw_lambda, motion_indices
 from moquad.data.sampling import draw_speeds, random_clip
 
-MODES = ("moquad", "appearance", "pair")
 COLOUR_OPS = ("none", "brightness", "contrast", "saturation", "hue", "gray")  # codes of ``colour_ops``
 MAX_COLOUR_OPS = 5  # jitter (4 ops in random order) + grayscale
 
@@ -57,12 +56,7 @@ class ViewParams:
 
 
 def check_config(cfg: LoaderConfig) -> None:
-    """Validate the loader settings that combine several fields, with messages that say what to change."""
-    if cfg.mode not in MODES:
-        raise ValueError(f"unknown loader mode {cfg.mode!r}; choose one of {', '.join(MODES)}")
-    check_ops(cfg.appearance_op, cfg.motion_op)
-    if cfg.frames < 1 or cfg.size < 1:
-        raise ValueError(f"frames and size must be >= 1, got frames={cfg.frames}, size={cfg.size}")
+    """Validate the loader settings that combine several fields (each field alone is checked by moquad.config)."""
     if cfg.mode == "appearance" or (cfg.mode == "moquad" and cfg.motion_op == "speed" and cfg.intra_neg | cfg.ad_intra_neg):
         if len(set(cfg.dilations)) < 2:
             raise ValueError(f"dilations needs two different values for n != m, got {tuple(cfg.dilations)}")
@@ -172,5 +166,3 @@ def draw_views(num_frames: int, hw: tuple[int, int], cfg: LoaderConfig, rng: np.
         p.info["donor_ids"].append(ids)
     return p
 
-
-__all__ = ["APPEARANCE_OPS", "MOTION_OPS", "ViewParams", "check_config", "draw_views", "plan_clips"]
