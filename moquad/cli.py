@@ -41,17 +41,20 @@ app.callback(epilog="Example: moquad --debug pretrain --data D  (or: MOQUAD_DEBU
 @app.command(epilog="Examples: moquad synth data/synth --classes 4 --per-class 8 --size 64 --frames 48 --objects 3  |  "
              "moquad synth data/dirs --kind directions --classes 4  (Up, Down, ZoomIn, ZoomOut: well posed with flips on)  |  "
              "moquad synth data/dirs8 --kind directions --classes 8  (adds Left/Right, Clockwise/CounterClockwise: "
-             "pre-train with flips off, recipe `loader: {flip: false}`)")
+             "pre-train with --set loader.flip=shared or none)  |  "
+             "moquad synth data/cam --kind camera --source ../shared/data/real-videos --per-class 100 --size 48")
 @_friendly
 def synth(
     out: str = typer.Argument(..., help="Folder to write the UCF101-layout dataset into."),
     kind: str = typer.Option("types", help="Family: 'types' (class = motion type: Translate, Rotate, Scale, "
-                             "Oscillate, Orbit) or 'directions' (class = direction or sense of one motion: Up, Down, "
+                             "Oscillate, Orbit), 'directions' (class = direction or sense of one motion: Up, Down, "
                              "ZoomIn, ZoomOut, Left, Right, Clockwise, CounterClockwise; 1/f textures, random camera "
-                             "drift). A horizontal flip maps Left<->Right and Clockwise<->CounterClockwise, and moquad "
-                             "flips views by default, so keep directions at --classes 4 unless you pre-train with "
-                             "flips off."),
-    classes: int = typer.Option(4, help="Number of classes, the first N of the family (types: 1-5, directions: 1-8)."),
+                             "drift) or 'camera' (PanLeft, PanRight, ZoomIn, ZoomOut, PanUp, PanDown cut from the real "
+                             "videos of --source; train and test from different source videos). A horizontal flip maps "
+                             "Left<->Right: pre-train such classes with --set loader.flip=shared."),
+    source: str | None = typer.Option(None, help="--kind camera: a folder of real videos to cut the camera motions from."),
+    classes: int = typer.Option(4, help="Number of classes, the first N of the family (types: 1-5, directions: 1-8, "
+                                "camera: 1-6)."),
     per_class: int = typer.Option(8, help="Videos per class."),
     size: int = typer.Option(64, help="Frame width and height in pixels."),
     frames: int = typer.Option(48, help="Frames per video (25 fps)."),
@@ -62,7 +65,7 @@ def synth(
     from moquad.synth import make_synth
 
     root = make_synth(out, classes=classes, per_class=per_class, size=size, frames=frames, seed=seed,
-                      objects=objects, kind=kind)
+                      objects=objects, kind=kind, source=source)
     typer.echo(f"wrote {classes * per_class} videos to {root} (UCF101 layout; preprocess with `moquad preprocess ucf101 {root} --out DIR`)")
 
 
@@ -187,7 +190,7 @@ def pretrain(
     frames: int | None = typer.Option(None, help="Frames per clip."),
     size: int | None = typer.Option(None, help="Crop size in pixels."),
     appearance_op: str | None = typer.Option(None, help="rad_inter, rad_intra, be or none."),
-    motion_op: str | None = typer.Option(None, help="speed, reverse or shuffle."),
+    motion_ops: str | None = typer.Option(None, help="Motion ops making Intra-Negs, comma-separated, e.g. speed,reverse."),
     ad_pos: bool | None = typer.Option(None, "--ad-pos/--no-ad-pos", help="RAD on the positive."),
     intra_neg: bool | None = typer.Option(None, "--intra-neg/--no-intra-neg", help="Use the Intra-Neg."),
     ad_intra_neg: bool | None = typer.Option(None, "--ad-intra-neg/--no-ad-intra-neg", help="Use the AD-Intra-Neg."),
@@ -215,7 +218,7 @@ def pretrain(
             "steps_per_epoch": steps_per_epoch, "ckpt_every": ckpt_every, "sync_bn": sync_bn,
             "resume": resume or None, "seed": seed, "device": device,
             "loader.frames": frames, "loader.size": size, "loader.appearance_op": appearance_op,
-            "loader.motion_op": motion_op, "loader.ad_pos": ad_pos, "loader.intra_neg": intra_neg,
+            "loader.motion_ops": tuple(motion_ops.split(",")) if motion_ops else None, "loader.ad_pos": ad_pos, "loader.intra_neg": intra_neg,
             "loader.ad_intra_neg": ad_intra_neg, "loader.workers": workers, "loader.seed": seed,
             "loader.augment_on_device": augment_on_device,
         },
@@ -255,12 +258,14 @@ def quickstart(
     per_class: int = typer.Option(100, help="Synthetic videos per class."),
     seed: int = typer.Option(0, help="Seed."),
     backbone: str | None = typer.Option(None, help="Backbone (tiny on CPU, the recipe's; r3d_18 on a GPU)."),
-    kind: str = typer.Option("types", help="Synthetic family: types (motion types) or directions (senses)."),
+    kind: str = typer.Option("types", help="Family: types (motion types), directions (senses) or camera (real footage)."),
+    source: str | None = typer.Option(None, help="--kind camera: a folder of real videos."),
 ) -> None:
     """Synth -> preprocess -> pretrain SimCLR and MoQuad -> retrieval, kNN and linear probe -> table + PNG."""
     from moquad.quickstart import quickstart as run_quickstart
 
-    run_quickstart(out, epochs=epochs, classes=classes, per_class=per_class, seed=seed, backbone=backbone, kind=kind)
+    run_quickstart(out, epochs=epochs, classes=classes, per_class=per_class, seed=seed, backbone=backbone, kind=kind,
+                   source=source)
 
 
 from moquad import cli_eval  # noqa: E402  (stage 3 lives in its own module)

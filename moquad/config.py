@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from moquad.data.ops import APPEARANCE_OPS, FLIP_POLICIES, MOTION_OPS
 from moquad.errors import MoquadError
 from moquad.recipes import load_recipe
 
@@ -99,14 +100,14 @@ class LoaderConfig:
     ad_pos: bool = True  # RAD on the positive; False -> plain second clip at n
     intra_neg: bool = True  # N: clip at m != n
     ad_intra_neg: bool = True  # N-bar: clip at m, then RAD
-    appearance_op: str = rule("rad_inter", choices=("rad_inter", "rad_intra", "be", "none"))
-    motion_op: str = rule("speed", choices=("speed", "reverse", "shuffle"))
+    appearance_op: str = rule("rad_inter", choices=tuple(APPEARANCE_OPS))  # moquad.data.ops
+    motion_ops: tuple[str, ...] = rule(("speed",), choices=tuple(MOTION_OPS))  # each makes Intra-Negs (ops.py)
     rad_k: int = rule(5, ge=1)
     rad_lambda: tuple[float, float] = rule((0.1, 0.5), ge=0, le=1, ordered=True)
     donors_per_sample: int = rule(2, ge=1)  # RAD-inter donor frames read per sample (one frame each, random videos)
     # spatial augmentation (same for every frame of a clip, independent between clips)
     crop_scale: tuple[float, float] = rule((0.3, 1.0), gt=0, le=1, ordered=True)
-    flip: bool = True
+    flip: str = rule("independent", choices=tuple(FLIP_POLICIES))  # horizontal flips: per view, per video, never
     color_jitter: float = rule(0.8, ge=0, le=1)  # probability of colour jitter
     color_strength: float = rule(0.5, ge=0)
     grayscale: float = rule(0.2, ge=0, le=1)  # probability of grayscale

@@ -83,9 +83,9 @@ def _plot(results: dict[str, dict], chance: float, path: Path) -> None:
 
 
 def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per_class: int = 100, seed: int = 0,
-               backbone: str | None = None, kind: str = "types") -> dict:
+               backbone: str | None = None, kind: str = "types", source: str | Path | None = None) -> dict:
     """Run every stage; return ``{method: {metric: value}}`` (:data:`METRICS`). ``epochs`` / ``backbone``: None =
-    the recipe's; ``kind``: the synthetic family (``moquad synth --kind``)."""
+    the recipe's; ``kind``: the synthetic family (``moquad synth --kind``; ``camera`` cuts it from ``source``)."""
     from moquad.preprocess.manifest import verify
     from moquad.preprocess.run import preprocess
     from moquad.synth import make_synth
@@ -101,13 +101,15 @@ def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per
     settings = dict(classes=classes, per_class=per_class, seed=seed, backbone=backbone, epochs=epochs, **SYNTH)
     if kind != "types":  # (older stamps have no kind: types)
         settings["kind"] = kind
+    if source is not None:
+        settings["source"] = str(Path(source).resolve())
     stamp = out / "quickstart.json"  # a rerun reuses data and finished runs only if made with these settings
     if stamp.is_file() and json.loads(stamp.read_text()) != settings:
         raise ValueError(f"{out} holds a quickstart made with other settings ({stamp}); choose a new --out or delete it")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(stamp, json.dumps(settings, indent=2))
     if not (raw / "ucfTrainTestlist" / "testlist01.txt").is_file():
-        make_synth(raw, classes=classes, per_class=per_class, seed=seed, kind=kind, **SYNTH)
+        make_synth(raw, classes=classes, per_class=per_class, seed=seed, kind=kind, source=source, **SYNTH)
     console.print(f"{classes * per_class} videos in {raw}")
 
     console.rule("[bold]2/4 preprocess: shards + manifests")

@@ -10,6 +10,8 @@ That makes these cheap, honest sanity checks for motion-focused pre-training. Tw
 its direction, sense (grow or shrink) and phase are random per video, so every class is unchanged
 by a horizontal flip, a time reversal and a playback-speed change. Calm low-contrast background.
 
+``camera``: camera pans and zooms cut from REAL footage (``--source DIR``): :mod:`moquad.synth_camera`.
+
 ``directions``: the class is the DIRECTION or SENSE of one motion, in this order: Up, Down
 (translation), ZoomIn, ZoomOut (objects grow or shrink at a constant relative rate, restarting
 when they reach the end of the scale range), Left, Right (translation), Clockwise,
@@ -27,17 +29,17 @@ ZoomIn/ZoomOut also differ in motion type). What a flip or a time reversal makes
     Left, Right        Right, Left         Right, Left
     Clockwise, CCW     CCW, Clockwise      CCW, Clockwise
 
-moquad flips each view independently (``LoaderConfig.flip``, on by default), so pre-training
+By default moquad flips each view independently (``LoaderConfig.flip: independent``), so pre-training
 teaches flip invariance, and a flip-invariant representation cannot tell apart two classes that
 a flip maps onto each other. Hence the order: the first four classes (``--classes 4``, the
 default) are each unchanged by a flip, so the task is well posed under the default
 augmentations. ``--classes`` 5 to 8 add the flip pairs Left/Right and Clockwise/CounterClockwise:
-use them only with flips off (recipe ``loader: {flip: false}``); that is what turning flips off
+use them only with ``loader.flip: shared`` (one flip per quadruple) or ``none``; that is what it
 buys here, four more separable classes (the full 8-class task), for one augmentation less.
 Time reversal maps every class onto another, but moquad never treats a reversed clip as a
-positive: ``motion_op: reverse`` makes it an Intra-NEGATIVE, which asks the representation for
+positive: ``motion_ops: [reverse]`` makes it an Intra-NEGATIVE, which asks the representation for
 exactly the distinction these classes need; an augmentation that reversed one view of a positive
-pair would make every pair here ill posed. Playback speed (the default ``motion_op: speed``)
+pair would make every pair here ill posed. Playback speed (the default ``motion_ops: [speed]``)
 changes no class: speeds are random per video.
 
 Layout (as UCF101)::
@@ -61,6 +63,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
+from moquad.synth_camera import CAMERA, camera_videos
+
 # A class is a TYPE of motion; its direction (angle, sense, grow/shrink), speed, phase and
 # start position are random per video. So classes are unchanged by horizontal flip, time
 # reversal and playback speed, and only a representation of the motion itself separates them.
@@ -73,7 +77,7 @@ OBJECT_SIDE = (0.3, 0.4)  # side of an object, as a fraction of the frame
 # scenes and stayed under 50% test accuracy (4 classes) after 200 steps (README "Evidence")
 BACKGROUND_CONTRAST = 0.25
 
-KINDS = ("types", "directions")
+KINDS = ("types", "directions", "camera")  # camera: real footage, moquad.synth_camera
 DIRECTIONS = ("Up", "Down", "ZoomIn", "ZoomOut", "Left", "Right", "Clockwise", "CounterClockwise")
 FLIP_INVARIANT = 4  # DIRECTIONS[:4] are unchanged by a horizontal flip (module docstring)
 FLIPPED = {"Up": "Up", "Down": "Down", "ZoomIn": "ZoomIn", "ZoomOut": "ZoomOut", "Left": "Right", "Right": "Left",
@@ -276,12 +280,11 @@ def _write_avi(path: Path, frames: np.ndarray) -> None:
     tmp.replace(path)
 
 
-def synth_videos(classes: int = 4, per_class: int = 8, size: int = 64, frames: int = 48, seed: int = 0,
-                 objects: int = 3, kind: str = "types") -> Iterator[tuple[str, int, bool, np.ndarray]]:
-    """The videos of :func:`make_synth`, in memory: ``(UCF101-style relative path, label 1.., test?, frames)``."""
+def _check(kind: str, classes: int, per_class: int, objects: int, size: int, frames: int) -> tuple[str, ...]:
+    """The family's class names, after checking the arguments (each error names the flag)."""
     if kind not in KINDS:
         raise ValueError(f"--kind must be one of {', '.join(KINDS)} (got {kind!r})")
-    all_names = MOTIONS if kind == "types" else DIRECTIONS
+    all_names = {"types": MOTIONS, "directions": DIRECTIONS, "camera": CAMERA}[kind]
     if not 1 <= classes <= len(all_names):
         raise ValueError(f"--classes must be between 1 and {len(all_names)} for --kind {kind} (got {classes})")
     if per_class < 2:
@@ -290,11 +293,26 @@ def synth_videos(classes: int = 4, per_class: int = 8, size: int = 64, frames: i
         raise ValueError(f"--objects must be at least 1 (got {objects})")
     if size < 16 or frames < 2:
         raise ValueError("--size must be >= 16 pixels and --frames >= 2")
-    scene, render = (_background, _render) if kind == "types" else (_natural_background, _render_directions)
+    return all_names[:classes]
+
+
+def _test_groups(per_class: int) -> int:
+    """As UCF101: the first ~30 % of each class's groups are the test split."""
     n_groups = math.ceil(per_class / CLIPS_PER_GROUP)
-    n_test_groups = max(1, min(n_groups - 1, round(n_groups * 0.3)))
+    return max(1, min(n_groups - 1, round(n_groups * 0.3)))
+
+
+def synth_videos(classes: int = 4, per_class: int = 8, size: int = 64, frames: int = 48, seed: int = 0,
+                 objects: int = 3, kind: str = "types") -> Iterator[tuple[str, int, bool, np.ndarray]]:
+    """The generated videos of :func:`make_synth`, in memory: ``(UCF101-style relative path, label 1.., test?,
+    frames)`` (the ``camera`` family needs real footage: :func:`moquad.synth_camera.camera_videos`)."""
+    names = _check(kind, classes, per_class, objects, size, frames)
+    if kind == "camera":
+        raise ValueError("--kind camera cuts videos from real footage: use make_synth(..., source=DIR)")
+    scene, render = (_background, _render) if kind == "types" else (_natural_background, _render_directions)
+    n_test_groups = _test_groups(per_class)
     rng = np.random.default_rng(seed)
-    for label, name in enumerate(all_names[:classes], start=1):
+    for label, name in enumerate(names, start=1):
         background = None
         for j in range(per_class):
             g, c = j // CLIPS_PER_GROUP + 1, j % CLIPS_PER_GROUP + 1
@@ -306,25 +324,34 @@ def synth_videos(classes: int = 4, per_class: int = 8, size: int = 64, frames: i
 
 def make_synth(
     out: str | Path, classes: int = 4, per_class: int = 8, size: int = 64, frames: int = 48, seed: int = 0,
-    objects: int = 3, kind: str = "types",
+    objects: int = 3, kind: str = "types", source: str | Path | None = None,
 ) -> Path:
     """Write the dataset under ``out`` and return ``out``.
 
-    The first ``classes`` classes of family ``kind`` (``MOTIONS``: 1..5, ``DIRECTIONS``: 1..8; see the
-    module docstring for which are well posed under flips) with ``per_class`` videos each, ``size`` x
-    ``size`` pixels, ``frames`` frames at 25 fps, ``objects`` objects per video (all with the video's
-    motion, each with its own texture, shape and position). Deterministic for a given seed.
+    The first ``classes`` classes of family ``kind`` (``MOTIONS``: 1..5, ``DIRECTIONS``: 1..8, ``CAMERA``: 1..6;
+    see the module docstrings for which are well posed under flips) with ``per_class`` videos each, ``size`` x
+    ``size`` pixels, ``frames`` frames at 25 fps, ``objects`` objects per generated video (all with the video's
+    motion, each with its own texture, shape and position); ``camera`` cuts them from the videos in ``source``
+    and lists each video's source in ``OUT/sources.csv``. Deterministic for a given seed (and source folder).
     """
     out = Path(out)
-    videos = synth_videos(classes, per_class, size, frames, seed, objects, kind)
-    train, test = [], []
-    for rel, label, is_test, video in videos:
+    names = _check(kind, classes, per_class, objects, size, frames)
+    if kind == "camera":
+        if source is None:
+            raise ValueError("--kind camera needs --source DIR, a folder of real videos to cut the pans and zooms from")
+        videos = camera_videos(source, classes, per_class, size, frames, seed, CLIPS_PER_GROUP, _test_groups(per_class))
+    else:
+        videos = (v + ("",) for v in synth_videos(classes, per_class, size, frames, seed, objects, kind))
+    train, test, sources = [], [], []
+    for rel, label, is_test, video, src in videos:
         _write_avi(out / "UCF-101" / rel, video)
         (test.append(rel) if is_test else train.append(f"{rel} {label}"))
-    names = (MOTIONS if kind == "types" else DIRECTIONS)[:classes]
+        sources.append(f"{rel},{src},{'test' if is_test else 'train'}\n")
     lists = out / "ucfTrainTestlist"
     lists.mkdir(parents=True, exist_ok=True)
     (lists / "classInd.txt").write_text("".join(f"{i} {n}\n" for i, n in enumerate(names, start=1)))
     (lists / "trainlist01.txt").write_text("".join(f"{r}\n" for r in train))
     (lists / "testlist01.txt").write_text("".join(f"{r}\n" for r in test))
+    if kind == "camera":
+        (out / "sources.csv").write_text("video,source,split\n" + "".join(sources))
     return out

@@ -29,7 +29,7 @@ def _batch(frames: np.ndarray, clips, colour=None, k: int = 5) -> dict:
         "box": torch.tensor([[box for _, box, _ in clips]]), "flip": torch.tensor([[fl for _, _, fl in clips]]),
         "colour_ops": codes, "colour_factors": factors, "lam": torch.zeros(1, v),
         "cells": torch.full((1, v, k * k), -1), "noise_frame": torch.full((1, v), -1),
-        "pool": torch.zeros((0, 3, 3, 3), dtype=torch.uint8),
+        "pool": torch.zeros((0, 3, 3, 3), dtype=torch.uint8), "appearance_op": "none",
     }
 
 

@@ -91,7 +91,9 @@ def test_every_pretrain_setting_reachable_and_precedence(tmp_path):
 def different(tp, value, rules):
     """A valid value other than ``value`` for a field of annotation ``tp``, and its command-line text."""
     tp, _ = C.unwrap_optional(tp)
-    if rules.get("choices"):
+    if rules.get("choices") and isinstance(value, tuple):  # a list of choices, e.g. loader.motion_ops
+        new = (next(c for c in rules["choices"] if c not in value),)
+    elif rules.get("choices"):
         new = next(c for c in rules["choices"] if c != value)
     elif typing.get_origin(tp) is tuple and value is None:  # an optional tuple, e.g. split_ratios
         new = (0.5, 0.5)

@@ -126,8 +126,8 @@ def test_a_new_field_needs_only_its_annotation():
 def test_parse_text_by_annotation():
     cfg = C.PretrainConfig()
     assert C.parse_sets(cfg, ["loader.dilations=1,4", "loader.crop_scale=[0.6, 1.0]", "lr=0.1", "epochs=3",
-                              "sync_bn=true", "steps_per_epoch=none", "split=val", "loader.flip=off"]) == {
-        "loader": {"dilations": (1, 4), "crop_scale": (0.6, 1.0), "flip": False}, "lr": 0.1, "epochs": 3,
+                              "sync_bn=true", "steps_per_epoch=none", "split=val", "loader.flip=none"]) == {
+        "loader": {"dilations": (1, 4), "crop_scale": (0.6, 1.0), "flip": "none"}, "lr": 0.1, "epochs": 3,
         "sync_bn": True, "steps_per_epoch": None, "split": "val"}
     for item, message in [("epochs=1.5", "epochs must be an int, got '1.5'"),
                           ("sync_bn=maybe", "sync_bn must be true or false, got 'maybe'"),

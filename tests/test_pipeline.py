@@ -256,7 +256,7 @@ def test_short_videos_never_wrap_and_reverse_their_intra_negatives(tmp_path):
     from fixtures import coded_video
 
     root = write_dataset(tmp_path / "short", [(f"v{i:02d}", coded_video(i, 10), 0) for i in range(4)])
-    cfg = dataclasses.replace(CFG, frames=6, dilations=(1, 2, 4), crop_scale=(1.0, 1.0), flip=False,
+    cfg = dataclasses.replace(CFG, frames=6, dilations=(1, 2, 4), crop_scale=(1.0, 1.0), flip="none",
                               color_jitter=0.0, grayscale=0.0, size=32)
     for b in make_loader(root, cfg, batch_size=2, debug=True):
         for i, info in enumerate(b["info"]):
@@ -288,7 +288,7 @@ def preprocessed(synth_root, tmp_path_factory):
 def test_real_shards_give_the_manifest_frames_and_cross_shard_donors(preprocessed):
     split = store.Split(preprocessed)
     row = {str(v): i for i, v in enumerate(split.video_id)}
-    cfg = dataclasses.replace(CFG, frames=6, size=32, crop_scale=(1.0, 1.0), flip=False, color_jitter=0.0,
+    cfg = dataclasses.replace(CFG, frames=6, size=32, crop_scale=(1.0, 1.0), flip="none", color_jitter=0.0,
                               grayscale=0.0, workers=2, dilations=(1, 3))
     assert len(split.shards) > 2
     for b in make_loader(preprocessed, cfg, batch_size=2, debug=True):
@@ -341,7 +341,7 @@ def test_worker_and_device_paths_give_the_same_views(textured, changes):
 def test_augment_on_device_in_worker_processes(data):
     """Two DataLoader workers: frames decoded into shared memory arrive intact (plain views read back
     the planned frames from the coded pixels)."""
-    cfg = dataclasses.replace(CFG, workers=2, crop_scale=(1.0, 1.0), flip=False, color_jitter=0.0, grayscale=0.0,
+    cfg = dataclasses.replace(CFG, workers=2, crop_scale=(1.0, 1.0), flip="none", color_jitter=0.0, grayscale=0.0,
                               augment_on_device=True)
     batches = list(make_loader(data, cfg, batch_size=2, debug=True))
     assert len(batches) == 7 and len(_ids(batches)) == 14

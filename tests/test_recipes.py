@@ -39,7 +39,7 @@ def test_defaults_are_the_papers_main_setting():
     assert paper_view(C.PretrainConfig()) == PAPER
     cfg = C.PretrainConfig()
     assert (cfg.method, cfg.temperature, cfg.loader.dilations) == ("moquad", 0.1, (1, 2, 4))
-    assert (cfg.loader.appearance_op, cfg.loader.motion_op) == ("rad_inter", "speed")
+    assert (cfg.loader.appearance_op, cfg.loader.motion_ops) == ("rad_inter", ("speed",))
     assert cfg.loader.ad_pos and cfg.loader.intra_neg and cfg.loader.ad_intra_neg
     ev = C.EvalConfig()  # fine-tuning: 100 epochs, LARS 0.08, 16 frames at dilation 2; 10 clips per video
     assert (ev.epochs, ev.optimizer, ev.lr, ev.frames, ev.dilation, ev.size, ev.num_clips) == (
@@ -98,7 +98,7 @@ def test_ablation_switches():
     for op in ("be", "rad_intra", "rad_inter"):
         assert load(f"appearance_{op}").loader.appearance_op == op
     for op in ("reverse", "shuffle", "speed"):
-        assert load(f"motion_{op}").loader.motion_op == op
+        assert load(f"motion_{op}").loader.motion_ops == (op,)
 
 
 @pytest.mark.parametrize("path", EVAL, ids=lambda p: p.stem)

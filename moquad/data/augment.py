@@ -11,9 +11,10 @@ ship the frames and parameters and the training loop calls the same function on 
    ops compose into ONE 3x3 matrix plus bias (:func:`colour_matrices`; contrast blends towards the
    mean grey of the already transformed clip, taken on a 4 x 8 x 8 time x height x width subsample);
    unlike torchvision, values are clamped once at the end rather than after each op;
-3. appearance disturbance ``(1 - lam) * V + lam * D``: ``D`` is the RAD mosaic of the view's ``k * k``
-   donor windows resized once to ``size`` (RAD-inter and RAD-intra), or one frame of the clip itself
-   after step 2 (BE). The same ``D`` on every frame: temporal differences are only scaled.
+3. appearance disturbance ``(1 - lam) * V + lam * D``: the batch's appearance op
+   (``moquad.data.ops.APPEARANCE_OPS``) makes ``D``: the RAD mosaic of the view's ``k * k`` donor windows
+   resized once to ``size`` (RAD-inter and RAD-intra), or one frame of the clip itself after step 2 (BE).
+   The same ``D`` on every frame: temporal differences are only scaled.
 
 The two paths differ only in number representation: on the CPU the resize reads and writes uint8
 (torch's fast antialiased uint8 kernel, so step 1 rounds) and the worker rounds the result to uint8 for
@@ -28,12 +29,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from moquad.data.ops import APPEARANCE_OPS
+
 # torchvision's Kinetics-400 statistics (used by its r3d_18 / r2plus1d_18 / s3d weights)
 MEAN = (0.43216, 0.394666, 0.37645)
 STD = (0.22803, 0.22145, 0.216989)
 _GRAY = (0.299, 0.587, 0.114)
 _RGB2YIQ = ((0.299, 0.587, 0.114), (0.596, -0.274, -0.322), (0.211, -0.523, 0.312))
-PARAM_KEYS = ("raw", "frame_index", "box", "flip", "colour_ops", "colour_factors", "lam", "cells", "noise_frame", "pool")
+PARAM_KEYS = ("raw", "frame_index", "box", "flip", "colour_ops", "colour_factors", "lam", "cells", "noise_frame", "pool",
+              "appearance_op")
 
 
 def colour_matrices(codes: torch.Tensor, factors: torch.Tensor, mean_rgb: torch.Tensor) -> torch.Tensor:
@@ -78,16 +82,6 @@ def crop_resize(frames: torch.Tensor, index: torch.Tensor, box: list[int], flip:
     return x.permute(0, 2, 3, 1)
 
 
-def rad_mosaic(cells: torch.Tensor, size: int) -> torch.Tensor:
-    """RAD noise images: uint8 windows (N, k*k, c, c, 3), row-major -> float32 (N, size, size, 3)."""
-    kk, c = cells.shape[-4], cells.shape[-3]
-    k = math.isqrt(kk)
-    x = cells.reshape(-1, k, k, c, c, 3).permute(0, 5, 1, 3, 2, 4).reshape(-1, 3, k * c, k * c).float()
-    if k * c != size:
-        x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
-    return x.permute(0, 2, 3, 1)
-
-
 def _crops(batch: dict, size: int) -> torch.Tensor:
     """Step 1 for every clip of the batch -> (B*V, T, S, S, 3): uint8 on the CPU, float32 on CUDA."""
     raw, index = batch["raw"], batch["frame_index"].to(batch["raw"].device)
@@ -124,14 +118,9 @@ def apply_views(batch: dict, size: int, quantize: bool = False, out: torch.Tenso
     y = _crops(batch, size)
     codes, factors = batch["colour_ops"].reshape(n, -1), batch["colour_factors"].reshape(n, -1)
     lam = batch["lam"].reshape(n).tolist()
-    noise = batch["noise_frame"].reshape(n).tolist()
     coloured = [i for i in range(n) if bool(codes[i].any())]
     maps = dict(zip(coloured, _colour_maps(y, codes, factors, coloured))) if coloured else {}
-    hits = [i for i in range(n) if lam[i] > 0 and noise[i] < 0]
-    mosaics = {}
-    if hits:  # RAD (inter and intra): mosaics of the disturbed clips' donor windows
-        cells = batch["cells"].reshape(n, -1)[hits].to(dev)
-        mosaics = dict(zip(hits, rad_mosaic(batch["pool"][cells], size)))
+    op, cache = APPEARANCE_OPS[batch["appearance_op"]], {}
     o = 0.5 if quantize else 0.0
     if out is None:
         out = torch.empty(y.shape, dtype=torch.uint8 if quantize else torch.float32, device=dev)
@@ -141,8 +130,8 @@ def apply_views(batch: dict, size: int, quantize: bool = False, out: torch.Tenso
             mb = maps[i]
             x = F.conv2d(x.permute(0, 3, 1, 2).float(), mb[:, :3, None, None], mb[:, 3] + o).permute(0, 2, 3, 1)
             x, offset = x.clamp_(o, 255 + o), o
-        if lam[i] > 0:  # step 3: (1 - lam) V + lam D, the same D on every frame
-            d = mosaics[i] if noise[i] < 0 else x[noise[i]].float() - offset  # BE: a frame of the clip
+        if lam[i] > 0:  # step 3: (1 - lam) V + lam D, the same D on every frame (the op makes D)
+            d = op.noise(batch, i, x, offset, cache)
             x = torch.add(d * lam[i] + (o - offset * (1 - lam[i])), x.float(), alpha=1 - lam[i])
             offset = o
         if x.dtype != torch.uint8 and offset != o:

@@ -3,9 +3,10 @@
 Per rank and epoch, batch ``j`` (:class:`~moquad.data.sampler.EpochPlan`) is built by one DataLoader
 worker in small stages, all driven by the manifest (:class:`~moquad.data.store.Split`):
 
-    videos of batch j -> read payload by offset + sha256 -> draw ViewParams (seed, epoch, video)
-      -> decode the frames the views use into the batch -> RAD donors (one frame of random other
-      videos, read by index) -> apply_views (here) or ship frames + parameters (augment_on_device)
+    videos of batch j -> read payload by offset + xxh3 -> draw ViewParams (seed, epoch, video)
+      -> decode the frames the views use into the batch -> what the appearance op needs (ops.APPEARANCE_OPS:
+      RAD donors, one frame of random other videos read by index, or the video's own frames)
+      -> apply_views (here) or ship frames + parameters (augment_on_device)
 
 - Deterministic whatever the number of workers: the DataLoader hands out batch indices in order, and
   every random choice is seeded by ``(seed, epoch, video)`` (views) or ``(seed, epoch, batch, rank)``
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import simplejpeg
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
@@ -68,6 +70,24 @@ def _decode_into(out: np.ndarray, payload: bytes, offsets: np.ndarray, frames: n
     out[u:] = 0
     out[:u, height:] = 0
     out[:u, :height, width:] = 0
+
+
+def check_jpegs(payload: bytes, offsets: np.ndarray, frames: np.ndarray, hw: tuple[int, int]) -> None:
+    """``decode_on_device``: the frames' JPEG markers and headers (cheap, no decode) -> BadSample when broken.
+
+    A payload that passed its checksum holds the JPEGs preprocessing encoded; this catches the rest (checksums
+    off, a bad encode) in the worker, where a spare can still replace the sample."""
+    view = memoryview(payload)
+    for f in frames.tolist():
+        data = view[offsets[f] : offsets[f + 1]]
+        if len(data) < 4 or bytes(data[:2]) != b"\xff\xd8" or bytes(data[-2:]) != b"\xff\xd9":
+            raise BadSample(f"frame {f} is not a whole JPEG (start/end markers missing)")
+        try:
+            height, width = simplejpeg.decode_jpeg_header(data)[:2]
+        except (ValueError, RuntimeError) as e:
+            raise BadSample(f"frame {f}: JPEG header unreadable: {e}") from None
+        if (height, width) != hw:
+            raise BadSample(f"frame of {width}x{height} pixels, the manifest says {hw[1]}x{hw[0]}")
 
 
 class EpochBatches(Dataset):
@@ -131,6 +151,11 @@ class EpochBatches(Dataset):
         split = self.split
         idx = [d[0] for d in drawn]
         if self.cfg.decode_on_device:
+            for pos, (i, payload, p) in enumerate(drawn):  # the GPU cannot skip a sample: check headers here
+                try:
+                    check_jpegs(payload, split.frame_offsets(i), p.frames, (int(split.height[i]), int(split.width[i])))
+                except BadSample as e:
+                    raise _DecodeFailed(pos, e) from None
             ranges = [(payload, fo[f], fo[f + 1]) for i, payload, p in drawn
                       for fo in [split.frame_offsets(i)] for f in p.frames.tolist()]
             ends = np.cumsum([0] + [int(b - a) for _, a, b in ranges])
@@ -159,6 +184,7 @@ class EpochBatches(Dataset):
         batch = {k: torch.from_numpy(np.stack([getattr(p, k) for p in params])) for k in _STACKED}
         batch.update(self._frames(drawn))
         batch["cells"], batch["pool"] = self._cells(drawn, batch.get("raw"), pool)
+        batch["appearance_op"] = cfg.appearance_op
         out = {"view_names": params[0].names, "video_id": [str(split.video_id[i]) for i in idx],
                "index": torch.tensor(idx, dtype=torch.int64), "label": torch.from_numpy(split.label[idx]),
                "lam": batch["lam"], "bad": bad,
@@ -176,7 +202,8 @@ class EpochBatches(Dataset):
 
     def _cells(self, drawn: list[tuple[int, bytes, ViewParams]], raw: torch.Tensor | None,
                pool: DonorPool | None) -> tuple:
-        """RAD windows of the batch as indices into ONE pool: donor frames + the videos' own (RAD-intra)."""
+        """RAD windows of the batch as indices into ONE pool: donor frames + the videos' own (an op whose
+        ``source`` is ``own``, e.g. RAD-intra)."""
         c = cell_size(self.cfg)
         parts = [pool.cells] if pool is not None else [torch.zeros((0, c, c, 3), dtype=torch.uint8)]
         base = len(parts[0])
@@ -188,8 +215,11 @@ class EpochBatches(Dataset):
                 if raw is not None:
                     picked = raw[b, torch.from_numpy(p.own_cells[own]), :h, :w].contiguous()
                 else:  # decode_on_device: the worker decodes just these frames
-                    picked = torch.from_numpy(decode_frames(payload, self.split.frame_offsets(i),
-                                                            p.frames[p.own_cells[own]]))
+                    try:
+                        picked = torch.from_numpy(decode_frames(payload, self.split.frame_offsets(i),
+                                                                p.frames[p.own_cells[own]]))
+                    except BadSample as e:
+                        raise _DecodeFailed(b, e) from None
                 parts.append(resize_cells(picked, c))
                 cells[b][own] = base + np.arange(int(own.sum()))
                 base += int(own.sum())

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from moquad.config import LoaderConfig
-from moquad.data.disturb import draw_lambda, motion_indices
+from moquad.data.ops import APPEARANCE_OPS, FLIP_POLICIES, MOTION_OPS
 from moquad.data.sampling import draw_speeds, random_clip
 
 COLOUR_OPS = ("none", "brightness", "contrast", "saturation", "hue", "gray")  # codes of ``colour_ops``
@@ -57,7 +57,8 @@ class ViewParams:
 
 def check_config(cfg: LoaderConfig) -> None:
     """Validate the loader settings that combine several fields (each field alone is checked by moquad.config)."""
-    if cfg.mode == "appearance" or (cfg.mode == "moquad" and cfg.motion_op == "speed" and cfg.intra_neg | cfg.ad_intra_neg):
+    negatives = cfg.mode == "moquad" and (cfg.intra_neg or cfg.ad_intra_neg)
+    if cfg.mode == "appearance" or (negatives and any(MOTION_OPS[o].second_speed for o in cfg.motion_ops)):
         if len(set(cfg.dilations)) < 2:
             raise ValueError(f"dilations needs two different values for n != m, got {tuple(cfg.dilations)}")
     if not 1 <= cfg.rad_k <= cfg.size:
@@ -70,8 +71,14 @@ def cell_size(cfg: LoaderConfig) -> int:
 
 
 def needs_donors(cfg: LoaderConfig) -> bool:
-    """True when views use RAD-inter (donor frames of other videos)."""
-    return cfg.mode == "moquad" and cfg.appearance_op == "rad_inter" and (cfg.ad_pos or cfg.ad_intra_neg)
+    """True when views use frames of other videos (an appearance op whose source is ``donors``)."""
+    disturbed = cfg.ad_pos or cfg.ad_intra_neg
+    return cfg.mode == "moquad" and APPEARANCE_OPS[cfg.appearance_op].source == "donors" and disturbed
+
+
+def negative_names(i: int, op: str) -> tuple[str, str]:
+    """Names of the Intra-Neg and AD-Intra-Neg made by the ``i``-th motion op (losses read them)."""
+    return ("intra_neg", "ad_intra_neg") if i == 0 else (f"intra_neg:{op}", f"ad_intra_neg:{op}")
 
 
 def plan_clips(num_frames: int, cfg: LoaderConfig, rng: np.random.Generator) -> tuple[list, dict[str, Any]]:
@@ -81,27 +88,24 @@ def plan_clips(num_frames: int, cfg: LoaderConfig, rng: np.random.Generator) -> 
         d = cfg.simclr_dilation
         return [("clip1", random_clip(num_frames, t, d, rng), False),
                 ("clip2", random_clip(num_frames, t, d, rng), False)], {"dilations": (d, d), "rule": "pair"}
-    if cfg.mode == "appearance" or cfg.motion_op == "speed":
-        n, m, rule = draw_speeds(num_frames, t, cfg.dilations, rng)
-    else:  # reverse / shuffle keep the anchor's speed
-        n, _, rule = draw_speeds(num_frames, t, cfg.dilations, rng)
-        m, rule = n, cfg.motion_op if rule == "speed" else rule
-    info = {"dilations": (n, m), "rule": rule}
+    n, m, rule = draw_speeds(num_frames, t, cfg.dilations, rng)
     if cfg.mode == "appearance":
         return [("clip_n", random_clip(num_frames, t, n, rng), False),
-                ("clip_m", random_clip(num_frames, t, m, rng), False)], info
-    op = cfg.motion_op if rule in ("speed", "shuffle") else "reverse"  # short videos: reversal (sampling.py)
-
-    def negative() -> np.ndarray:
-        return motion_indices(random_clip(num_frames, t, m, rng), op, rng)
-
+                ("clip_m", random_clip(num_frames, t, m, rng), False)], {"dilations": (n, m), "rule": rule}
     plan = [("anchor", random_clip(num_frames, t, n, rng), False),
             ("ad_pos" if cfg.ad_pos else "pos", random_clip(num_frames, t, n, rng), cfg.ad_pos)]
-    if cfg.intra_neg:
-        plan.append(("intra_neg", negative(), False))
-    if cfg.ad_intra_neg:
-        plan.append(("ad_intra_neg", negative(), True))
-    return plan, info
+    for i, name in enumerate(cfg.motion_ops):
+        op = MOTION_OPS[name]
+        if op.second_speed and rule != "speed":  # a short video: its reverse (sampling.py)
+            op, d = MOTION_OPS["reverse"], n
+        else:
+            d = m if op.second_speed else n
+        plain, disturbed = negative_names(i, name)
+        if cfg.intra_neg:
+            plan.append((plain, op.frames(num_frames, t, d, rng), False))
+        if cfg.ad_intra_neg:
+            plan.append((disturbed, op.frames(num_frames, t, d, rng), True))
+    return plan, {"dilations": (n, m), "rule": rule}
 
 
 def random_crop_box(height: int, width: int, scale: tuple[float, float], rng: np.random.Generator) -> tuple[int, ...]:
@@ -143,26 +147,25 @@ def draw_views(num_frames: int, hw: tuple[int, int], cfg: LoaderConfig, rng: np.
     nv, t, kk = len(plan), cfg.frames, cfg.rad_k ** 2
     p = ViewParams(
         names=tuple(name for name, _, _ in plan), frames=frames, frame_index=inverse.reshape(nv, t),
-        box=np.zeros((nv, 4), np.int64), flip=np.zeros(nv, bool),
+        box=np.zeros((nv, 4), np.int64), flip=FLIP_POLICIES[cfg.flip](nv, rng),
         colour_ops=np.zeros((nv, MAX_COLOUR_OPS), np.int64), colour_factors=np.zeros((nv, MAX_COLOUR_OPS), np.float32),
         lam=np.zeros(nv, np.float32), cells=np.full((nv, kk), -1, np.int64), own_cells=np.full((nv, kk), -1, np.int64),
         noise_frame=np.full(nv, -1, np.int64), info={**info, "indices": [idx for _, idx, _ in plan], "donor_ids": []},
     )
+    op = APPEARANCE_OPS[cfg.appearance_op]
+    ctx = {"rad_lambda": cfg.rad_lambda, "kk": kk, "frames": t, "num_decoded": len(frames), "video_id": video_id,
+           "pick": pick}
+    if op.source == "donors" and pick is None and any(d for _, _, d in plan):
+        raise ValueError(f"appearance_op={cfg.appearance_op} needs donor frames; pass a donor pool")
     for v, (_name, _idx, disturbed) in enumerate(plan):
         p.box[v] = random_crop_box(hw[0], hw[1], tuple(cfg.crop_scale), rng)
-        p.flip[v] = bool(cfg.flip and rng.random() < 0.5)
         p.colour_ops[v], p.colour_factors[v] = draw_colour(cfg, rng)
-        ids: list[str] = []
-        if disturbed and cfg.appearance_op != "none":
-            p.lam[v] = draw_lambda(rng, cfg.rad_lambda)
-            if cfg.appearance_op == "be":
-                p.noise_frame[v], ids = int(rng.integers(0, t)), [video_id]
-            elif cfg.appearance_op == "rad_intra":
-                p.own_cells[v], ids = rng.integers(0, len(frames), size=kk), [video_id] * kk
-            else:
-                if pick is None:
-                    raise ValueError("appearance_op=rad_inter needs donor frames; pass a donor pool")
-                p.cells[v], ids = pick(kk, rng)
-        p.info["donor_ids"].append(ids)
+        drawn = op.draw(ctx, rng) if disturbed else None
+        if drawn is not None:
+            p.lam[v], p.noise_frame[v] = drawn.lam, drawn.noise_frame
+            if drawn.cells is not None:
+                p.cells[v] = drawn.cells
+            if drawn.own_cells is not None:
+                p.own_cells[v] = drawn.own_cells
+        p.info["donor_ids"].append(list(drawn.donor_ids) if drawn is not None else [])
     return p
-

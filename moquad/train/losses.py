@@ -127,10 +127,11 @@ def view_roles(view_names: Sequence[str]) -> tuple[int, list[int]]:
     pos = [i for i, n in enumerate(names) if n in POS_NAMES]
     if len(pos) != 1:
         raise ValueError(f"need exactly one positive view ({'/'.join(POS_NAMES)}) in {names}")
-    unknown = [n for n in names[1:] if n not in POS_NAMES + INTRA_NAMES]
+    intra = [i for i, n in enumerate(names) if n.split(":")[0] in INTRA_NAMES]  # "intra_neg:OP": more motion ops
+    unknown = [n for i, n in enumerate(names) if i > 0 and i not in intra and n not in POS_NAMES]
     if unknown:
         raise ValueError(f"unknown view names {unknown} in {names}")
-    return pos[0], [i for i, n in enumerate(names) if n in INTRA_NAMES]
+    return pos[0], intra
 
 
 def moquad_loss(

@@ -1,4 +1,5 @@
-"""Appearance (RAD-inter / RAD-intra / BE / none) and motion (speed / reverse / shuffle) disturbances.
+"""The op tables of moquad.data.ops: appearance (RAD-inter / RAD-intra / BE / none), motion (speed / reverse /
+shuffle / periodic, one or several per anchor) and flip policies (independent / shared / none).
 
 Videos from ``fixtures.coded_video`` have flat frames whose colour encodes (video, frame), so the tests read
 from the loader's pixels which video and frame every value came from.
@@ -14,12 +15,13 @@ import torch
 from fixtures import coded_dataset, coded_video, decode_code
 
 from moquad.config import LoaderConfig
-from moquad.data.augment import apply_views, rad_mosaic
-from moquad.data.disturb import motion_indices
+from moquad.data.augment import apply_views
+from moquad.data.ops import FLIP_POLICIES, MOTION_OPS, rad_mosaic
 from moquad.data.pipeline import make_loader
+from moquad.data.views import draw_views
 
 PLAIN = LoaderConfig(  # no spatial augmentation: frames 32x40 -> a 32x32 square, flat colours kept
-    frames=8, size=32, crop_scale=(1.0, 1.0), flip=False, color_jitter=0.0, grayscale=0.0, workers=0,
+    frames=8, size=32, crop_scale=(1.0, 1.0), flip="none", color_jitter=0.0, grayscale=0.0, workers=0,
 )
 
 
@@ -54,16 +56,53 @@ def test_rad_mosaic_windows_hold_the_donors():
         assert got.tolist() == colours.float().tolist()  # row-major, one donor per window
 
 
-def test_reverse_and_shuffle_really_permute():
+def test_motion_ops_frame_orders():
+    """Each op's frames against its definition, written out by hand."""
     rng = np.random.default_rng(0)
-    idx = np.arange(10, 26)
-    assert motion_indices(idx, "reverse", rng).tolist() == idx[::-1].tolist()
     for _ in range(50):
-        sh = motion_indices(idx, "shuffle", rng)
-        assert sorted(sh.tolist()) == idx.tolist() and not np.array_equal(sh, idx)
-    assert motion_indices(idx, "speed", rng) is idx
-    with pytest.raises(ValueError, match="motion_op"):
-        motion_indices(idx, "bogus", rng)
+        speed = MOTION_OPS["speed"].frames(40, 8, 4, rng)
+        assert np.diff(speed).tolist() == [4] * 7 and 0 <= speed[0] and speed[-1] < 40
+        rev = MOTION_OPS["reverse"].frames(40, 8, 2, rng)
+        assert np.diff(rev).tolist() == [-2] * 7
+        sh = MOTION_OPS["shuffle"].frames(40, 8, 2, rng)
+        ordered = np.sort(sh)
+        assert np.diff(ordered).tolist() == [2] * 7 and not np.array_equal(sh, ordered)
+        per = MOTION_OPS["periodic"].frames(40, 8, 2, rng)  # 5 forward, 3 back over the same frames
+        s0 = per[0]
+        assert per.tolist() == [s0, s0 + 2, s0 + 4, s0 + 6, s0 + 8, s0 + 6, s0 + 4, s0 + 2]
+    assert [n for n, op in MOTION_OPS.items() if op.second_speed] == ["speed"]
+
+
+def test_flip_policies():
+    rng = np.random.default_rng(0)
+    draws = np.stack([FLIP_POLICIES["independent"](4, rng) for _ in range(400)])
+    assert 0.4 < draws.mean() < 0.6 and (draws.min(1) != draws.max(1)).any()  # views differ within a video
+    shared = np.stack([FLIP_POLICIES["shared"](4, rng) for _ in range(400)])
+    assert 0.4 < shared.mean() < 0.6 and (shared.min(1) == shared.max(1)).all()  # one coin per video
+    assert not np.stack([FLIP_POLICIES["none"](4, rng) for _ in range(50)]).any()
+
+
+def test_several_motion_ops_make_their_own_negatives():
+    cfg = dataclasses.replace(PLAIN, motion_ops=("speed", "reverse", "periodic"), dilations=(1, 4), flip="shared")
+    p = draw_views(48, (32, 40), cfg, np.random.default_rng(3), pick=lambda k, rng: (np.zeros(k, int), ["x"] * k))
+    assert p.names == ("anchor", "ad_pos", "intra_neg", "ad_intra_neg", "intra_neg:reverse", "ad_intra_neg:reverse",
+                       "intra_neg:periodic", "ad_intra_neg:periodic")
+    idx = p.info["indices"]
+    n, m = p.info["dilations"]
+    assert {n, m} == {1, 4}
+    assert set(np.diff(idx[2])) == {m} and set(np.diff(idx[4])) == {-n} and set(np.diff(idx[5])) == {-n}
+    assert np.diff(idx[6])[:4].tolist() == [n] * 4 and np.diff(idx[6])[4:].tolist() == [-n] * 3
+    assert p.lam[[1, 3, 5, 7]].min() > 0 and p.lam[[0, 2, 4, 6]].max() == 0
+    assert len(set(p.flip.tolist())) == 1  # shared: the whole sextuple flipped together
+
+
+def test_losses_read_every_negative():
+    from moquad.train.losses import view_roles
+
+    names = ("anchor", "ad_pos", "intra_neg", "ad_intra_neg", "intra_neg:reverse", "ad_intra_neg:reverse")
+    assert view_roles(names) == (1, [2, 3, 4, 5])
+    with pytest.raises(ValueError, match="unknown view names"):
+        view_roles(("anchor", "ad_pos", "intra:reverse"))
 
 
 def test_rad_residual_is_the_same_image_on_every_frame(coded):
@@ -119,7 +158,7 @@ def test_intra_negatives_have_the_other_dilation(coded):
 
 @pytest.mark.parametrize("op", ["reverse", "shuffle"])
 def test_reverse_and_shuffle_negatives_from_pixels(coded, op):
-    cfg = dataclasses.replace(PLAIN, motion_op=op)
+    cfg = dataclasses.replace(PLAIN, motion_ops=(op,))
     for batch in _batches(coded, cfg, n=2):
         for b in range(len(batch["video_id"])):
             anchor = [f for _, f in _codes(batch["views"][b, 0])]
@@ -150,7 +189,7 @@ def test_float_rad_residual_is_the_same_image_on_every_frame(coded, op):
     """With crops, flips and colour jitter on: P-bar - (1 - lam) * P (P: the same parameters with lam = 0) is
     the same image on every frame, lam * D, D the mosaic of the view's donor windows (BE: a frame of the
     augmented clip); RAD-inter's windows are never from the sample's own video."""
-    cfg = dataclasses.replace(PLAIN, appearance_op=op, rad_lambda=(0.3, 0.5), crop_scale=(0.3, 1.0), flip=True,
+    cfg = dataclasses.replace(PLAIN, appearance_op=op, rad_lambda=(0.3, 0.5), crop_scale=(0.3, 1.0), flip="independent",
                               color_jitter=1.0, grayscale=0.3)
     batch = next(iter(make_loader(coded, cfg, batch_size=3, num_batches=1, debug=True, augment_on_device=True)))
     out = apply_views(batch, cfg.size).double().permute(0, 1, 5, 2, 3, 4)  # (B, V, 3, T, S, S)

@@ -1,0 +1,159 @@
+"""The motion-option ladder: every family x variant x seed at the demo budget, one resumable command.
+
+For each family (``moquad synth --kind``; ``camera`` needs ``--source DIR`` of real videos) and seed it makes the
+demo-size data once (``SYNTH`` of the quickstart: 4 classes x 100 videos at 48 px, 48 frames), then, per variant,
+pre-trains the tiny backbone with ``train/cpu_demo.yaml`` plus the variant's ``--set`` assignments and measures
+the frozen features three ways (``eval/cpu_demo.yaml``: retrieval hit@1, DINO weighted kNN top-1, the fast linear
+probe's top-1), exactly as ``moquad quickstart`` does. ``random`` is the untrained network; ``supervised`` trains
+the same backbone and clip on the labels from random init (``moquad finetune --init random`` with the demo's
+fine-tuning settings) and reports its test top-1 in every column. One JSON line per (family, seed, variant) in
+``OUT/results.jsonl``; finished lines are skipped, so a cut run continues. ``--table`` prints mean +- std.
+
+    python benchmarks/motion_ladder.py --out runs/ladder --families types directions --seeds 0 \\
+        --variants base paper reverse speed+reverse
+    python benchmarks/motion_ladder.py --out runs/ladder --table
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+from moquad import config as C
+
+# name -> (method, --set assignments on top of train/cpu_demo.yaml). "base" is the SimCLR base of the ladder.
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "base": ("simclr", []),
+    "paper": ("moquad", ["loader.motion_ops=speed", "loader.flip=independent"]),
+    "reverse": ("moquad", ["loader.motion_ops=reverse"]),
+    "shared_flip": ("moquad", ["loader.flip=shared"]),
+    "speed+reverse": ("moquad", ["loader.motion_ops=speed,reverse"]),
+    "periodic": ("moquad", ["loader.motion_ops=periodic"]),
+    "speed+reverse+shared": ("moquad", ["loader.motion_ops=speed,reverse", "loader.flip=shared"]),
+    "reverse+shared": ("moquad", ["loader.motion_ops=reverse", "loader.flip=shared"]),
+    "base+shared": ("simclr", ["loader.flip=shared"]),
+}
+
+
+def family_data(out: Path, family: str, seed: int, source: str | None) -> Path:
+    """Shards of one family and seed (made once)."""
+    from moquad.preprocess.run import preprocess
+    from moquad.quickstart import SYNTH
+    from moquad.synth import make_synth
+
+    raw, shards = out / "data" / family / f"seed{seed}" / "raw", out / "data" / family / f"seed{seed}" / "shards"
+    if not (raw / "ucfTrainTestlist" / "testlist01.txt").is_file():
+        extra = {"source": source} if family == "camera" else {}
+        make_synth(raw, classes=4, per_class=100, seed=seed, kind=family, **SYNTH, **extra)
+    if not (shards / "dataset.json").is_file():
+        preprocess(C.update(C.PreprocessConfig(), dict(dataset="ucf101", root=str(raw), out=str(shards),
+                                                       short_side=SYNTH["size"], workers=2, seed=seed)))
+    return shards
+
+
+def run_variant(shards: Path, run: Path, variant: str, seed: int, epochs: int | None) -> dict:
+    """Pre-train one variant (or none for ``random``) and measure it; returns the metrics and the run's ranks."""
+    from moquad.quickstart import _save_untrained, demo_pretrain_config, evaluate
+    from moquad.train.loop import pretrain
+
+    if variant == "random":
+        cfg = demo_pretrain_config(shards, run, "simclr", epochs, seed)
+        ckpt = run / "checkpoints" / "last.pt"
+        _save_untrained(cfg, ckpt)
+    else:
+        method, sets = VARIANTS[variant]
+        cfg = demo_pretrain_config(shards, run, method, epochs, seed)
+        cfg = C.update(cfg, C.parse_sets(cfg, sets))
+        ckpt = pretrain(dataclasses.replace(cfg, resume=(run / "checkpoints" / "last.pt").is_file()))
+    from rich.console import Console
+
+    res = evaluate(shards, ckpt, run / "eval", Console())
+    res.update(_ranks(run))
+    return res
+
+
+def _ranks(run: Path) -> dict:
+    """Fig. 4 ranks averaged over the last 20 % of logged MoQuad steps (empty for other runs)."""
+    from moquad.train.log import read_log
+
+    log = run / "log.jsonl"
+    rows = [r for r in read_log(log) if r.get("mode") == "moquad"] if log.is_file() else []
+    rows = rows[int(0.8 * len(rows)):]
+    out = {}
+    for key in ("rank_ad_pos", "rank_intra_neg"):
+        vals = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+        if vals:
+            out[key] = statistics.mean(vals)
+    return out
+
+
+def supervised(shards: Path, run: Path, seed: int) -> dict:
+    """The supervised bound: the demo's fine-tuning from random init, its test top-1 in every column."""
+    from moquad.eval.finetune import supervised_bound
+
+    top1 = supervised_bound(shards, run, seed)
+    return {"hit@1": top1, "knn_top1": top1, "linear_top1": top1}
+
+
+def load_results(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown table: family, variant, seeds, mean +- std of the three measures and the Fig. 4 ranks."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["family"], r["variant"]), []).append(r)
+    lines = ["| family | variant | seeds | hit@1 | weighted kNN | linear | rank AD-Pos / Intra-Negs |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for (fam, var), rs in sorted(groups.items()):
+        cells = []
+        for m in ("hit@1", "knn_top1", "linear_top1"):
+            v = [100 * r[m] for r in rs]
+            cells.append(f"{statistics.mean(v):.1f} ± {statistics.stdev(v) if len(v) > 1 else 0.0:.1f}")
+        ranks = [(r.get("rank_ad_pos"), r.get("rank_intra_neg")) for r in rs if r.get("rank_ad_pos") is not None]
+        rank = (f"{statistics.mean(a for a, _ in ranks):.2f} / {statistics.mean(b for _, b in ranks):.1f}"
+                if ranks else "–")
+        lines.append(f"| {fam} | {var} | {','.join(str(r['seed']) for r in rs)} | " + " | ".join(cells) + f" | {rank} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="runs/ladder")
+    ap.add_argument("--families", nargs="+", default=["types", "directions"])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--variants", nargs="+", default=["random", "base", "paper"],
+                    help=f"random, supervised, {', '.join(VARIANTS)}")
+    ap.add_argument("--source", default=None, help="folder of real videos for the camera family")
+    ap.add_argument("--epochs", type=int, default=None, help="default: the demo recipe's")
+    ap.add_argument("--table", action="store_true", help="only print the table of finished runs")
+    args = ap.parse_args()
+    out = Path(args.out)
+    path = out / "results.jsonl"
+    if not args.table:
+        for family in args.families:
+            for seed in args.seeds:
+                shards = family_data(out, family, seed, args.source)
+                for variant in args.variants:
+                    done = {(r["family"], r["seed"], r["variant"]) for r in load_results(path)}
+                    if (family, seed, variant) in done:
+                        continue
+                    t0 = time.time()
+                    run = out / "runs" / family / f"seed{seed}" / variant
+                    res = supervised(shards, run, seed) if variant == "supervised" else \
+                        run_variant(shards, run, variant, seed, args.epochs)
+                    row = {"family": family, "seed": seed, "variant": variant, **res, "seconds": time.time() - t0}
+                    with path.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    print(json.dumps(row), flush=True)
+    print(table(load_results(path)))
+
+
+if __name__ == "__main__":
+    main()
