@@ -53,7 +53,7 @@ def test_torchvision_round_trip_features_equal(tmp_path, arch):
     sd = torch.load(weights, weights_only=True)
     # the unmodified torchvision model: exactly the classifier head is missing, nothing unexpected
     missing, unexpected = _torchvision(arch, headless=False).load_state_dict(sd, strict=False)
-    assert sorted(missing) == sorted(TORCHVISION[arch][1]) and unexpected == []
+    assert sorted(missing) == sorted(TORCHVISION[arch].head) and unexpected == []
     model = _torchvision(arch, headless=True)
     model.load_state_dict(sd, strict=True)
     x = torch.randn(2, 3, 8, 48, 48, generator=torch.Generator().manual_seed(1))

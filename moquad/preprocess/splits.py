@@ -25,7 +25,7 @@ from fractions import Fraction
 from typing import Any
 
 from moquad.errors import MoquadError
-from moquad.preprocess.datasets import Listing, Video
+from moquad.preprocess.listing import Listing, Video
 
 SPLIT_NAMES = {2: ("train", "test"), 3: ("train", "val", "test")}
 
@@ -151,11 +151,13 @@ def assign(listing: Listing, ratios: tuple[float, ...], seed: int, group_by: str
     return record
 
 
-def describe(listing: Listing, dataset: str, split: int) -> dict[str, Any]:
+def describe(listing: Listing, dataset: str, official_split: int) -> dict[str, Any]:
     """The record of a split that was not drawn: official, given by the layout, or one ``train`` split."""
+    from moquad.preprocess.datasets import DATASETS
+
     counts = dict(sorted(Counter(v.split for v in listing.videos).items()))
-    if dataset in ("ucf101", "hmdb51"):
-        return {"method": "official", "split": split, "videos": counts}
+    if DATASETS[dataset].official_splits:
+        return {"method": "official", "official_split": official_split, "videos": counts}
     if dataset != "folder":
         return {"method": "official", "videos": counts}
     return {"method": "given" if listing.split_given else "none", "videos": counts}
