@@ -77,6 +77,7 @@ def _layouts() -> str:
 
 
 _P = C.PreprocessConfig
+_OFFICIAL = {name: a.official_splits for name, a in DATASETS.items() if a.official_splits}
 
 
 @app.command(
@@ -96,8 +97,8 @@ def preprocess(
     recipe: str | None = typer.Option(None, help="Recipe: a name (`moquad recipes --stage preprocess`) or a YAML "
                                       "file; flags override it."),
     official_split: int | None = typer.Option(None, "--split", help=_cfg_help(
-        _P, "official_split", "Which official train/test split: " + ", ".join(
-            f"{n} {'/'.join(map(str, a.official_splits))}" for n, a in DATASETS.items() if a.official_splits) + ".")),
+        _P, "official_split", "Which official train/test split of " + ", ".join(_OFFICIAL) + ". One of: "
+        + ", ".join(map(str, sorted({n for s in _OFFICIAL.values() for n in s}))) + ".")),
     short_side: int | None = typer.Option(None, help=_cfg_help(
         _P, "short_side", "Resize so the short side is this many pixels (128 is enough for 112 crops).")),
     fps: float | None = typer.Option(None, help=_cfg_help(_P, "fps", "Resample to this frame rate (none: native).")),

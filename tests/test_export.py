@@ -83,6 +83,21 @@ def test_safetensors_loads_as_the_card_says(tmp_path, arch):
     torch.testing.assert_close(got, _moquad_features(ckpt, x), atol=ATOL, rtol=RTOL)
 
 
+@pytest.mark.parametrize("arch", ["r3d_18", "s3d"])
+def test_card_load_line_runs_as_printed(tmp_path, arch, monkeypatch):
+    """The card's `load` line (built from BACKBONES' torchvision names) loads the export strictly, as printed."""
+    import torchvision
+
+    ckpt = _checkpoint(tmp_path / "last.pt", arch)
+    _, card = export(ckpt, "torchvision", tmp_path / "w.pt")
+    monkeypatch.chdir(tmp_path)
+    scope = {"torch": torch, "torchvision": torchvision}
+    exec(json.loads(card.read_text())["load"], scope)  # noqa: S102 - the line a user pastes
+    x = torch.randn(1, 3, 8, 32, 32, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(scope["model"].eval()(x), _moquad_features(ckpt, x), atol=ATOL, rtol=RTOL)
+
+
 def test_cli_export_model_card_with_data_and_eval_results(tmp_path):
     from test_features import eval_cfg, make_tiny_dataset
 

@@ -51,8 +51,8 @@ def _listing(dataset: str, root: Path, official_split: int | None) -> Listing:
     if not adapter.official_splits:
         return adapter.lister(root)
     if official_split not in adapter.official_splits:
-        raise ValueError(f"{dataset} has official splits {', '.join(map(str, adapter.official_splits))}; "
-                         f"got --split {official_split}")
+        given = "none was given" if official_split is None else f"got --split {official_split}"
+        raise ValueError(f"{dataset} has official splits {', '.join(map(str, adapter.official_splits))}; {given}")
     return adapter.lister(root, official_split)
 
 
