@@ -16,7 +16,7 @@ from moquad.errors import MoquadError
 SPLIT_NAMES = ("train", "val", "test")
 
 
-class LayoutError(MoquadError):
+class LayoutError(MoquadError, ValueError):
     """ROOT lacks what an adapter reads (a folder, an annotation file); the message gains the expected layout."""
 
 
