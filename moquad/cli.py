@@ -17,6 +17,7 @@ from moquad.cli_common import (
     _PRINT,
     _SET,
     _cfg_help,
+    _default_of,
     _friendly,
     _need_dir,
     _printed,
@@ -24,6 +25,8 @@ from moquad.cli_common import (
     global_options,
 )
 from moquad.preprocess.datasets import DATASETS
+from moquad.quickstart import quickstart as run_quickstart
+from moquad.synth import make_synth
 
 app = typer.Typer(
     add_completion=False,
@@ -48,22 +51,22 @@ app.callback(epilog="Example: moquad --debug pretrain --data D  (or: MOQUAD_DEBU
 @_friendly
 def synth(
     out: str = typer.Argument(..., help="Folder to write the UCF101-layout dataset into."),
-    kind: str = typer.Option("types", help="Family: 'types' (class = motion type: Translate, Rotate, Scale, "
+    kind: str = typer.Option(_default_of(make_synth, "kind"), help="Family: 'types' (class = motion type: Translate, Rotate, Scale, "
                              "Oscillate, Orbit) or 'directions' (class = direction or sense of one motion: Up, Down, "
                              "ZoomIn, ZoomOut, Left, Right, Clockwise, CounterClockwise; 1/f textures, random camera "
                              "drift). A horizontal flip maps Left<->Right and Clockwise<->CounterClockwise, and moquad "
                              "flips views by default, so keep directions at --classes 4 unless you pre-train with "
                              "flips off."),
-    classes: int = typer.Option(4, help="Number of classes, the first N of the family (types: 1-5, directions: 1-8)."),
-    per_class: int = typer.Option(8, help="Videos per class."),
-    size: int = typer.Option(64, help="Frame width and height in pixels."),
-    frames: int = typer.Option(48, help="Frames per video (25 fps)."),
-    objects: int = typer.Option(3, help="Moving objects per video (all with the class's motion)."),
-    seed: int = typer.Option(0, help="Random seed."),
+    classes: int = typer.Option(_default_of(make_synth, "classes"), help="Number of classes, the first N of the "
+                                "family (types: 1-5, directions: 1-8)."),
+    per_class: int = typer.Option(_default_of(make_synth, "per_class"), help="Videos per class."),
+    size: int = typer.Option(_default_of(make_synth, "size"), help="Frame width and height in pixels."),
+    frames: int = typer.Option(_default_of(make_synth, "frames"), help="Frames per video (25 fps)."),
+    objects: int = typer.Option(_default_of(make_synth, "objects"), help="Moving objects per video (all with the "
+                                "class's motion)."),
+    seed: int = typer.Option(_default_of(make_synth, "seed"), help="Random seed."),
 ) -> None:
     """Generate a synthetic motion dataset (classes differ ONLY by motion) in UCF101's layout."""
-    from moquad.synth import make_synth
-
     root = make_synth(out, classes=classes, per_class=per_class, size=size, frames=frames, seed=seed,
                       objects=objects, kind=kind)
     typer.echo(f"wrote {classes * per_class} videos to {root} (UCF101 layout; preprocess with `moquad preprocess ucf101 {root} --out DIR`)")
@@ -309,15 +312,15 @@ def quickstart(
     out: str = typer.Option("runs/quickstart", help="Folder for data, runs and the comparison."),
     epochs: int | None = typer.Option(None, help="Pre-training epochs for each method (default: the demo recipe's, "
                                       "train/cpu_demo.yaml)."),
-    classes: int = typer.Option(4, help="Synthetic motion classes (types: 1-5, directions: 1-8; see moquad synth)."),
-    per_class: int = typer.Option(100, help="Synthetic videos per class."),
-    seed: int = typer.Option(0, help="Seed."),
+    classes: int = typer.Option(_default_of(run_quickstart, "classes"), help="Synthetic motion classes (types: 1-5, "
+                                "directions: 1-8; see moquad synth)."),
+    per_class: int = typer.Option(_default_of(run_quickstart, "per_class"), help="Synthetic videos per class."),
+    seed: int = typer.Option(_default_of(run_quickstart, "seed"), help="Seed."),
     backbone: str | None = typer.Option(None, help="Backbone (tiny on CPU, the recipe's; r3d_18 on a GPU)."),
-    kind: str = typer.Option("types", help="Synthetic family: types (motion types) or directions (senses)."),
+    kind: str = typer.Option(_default_of(run_quickstart, "kind"), help="Synthetic family: types (motion types) or "
+                             "directions (senses)."),
 ) -> None:
     """Synth -> preprocess -> pretrain SimCLR and MoQuad -> retrieval, kNN and linear probe -> table + PNG."""
-    from moquad.quickstart import quickstart as run_quickstart
-
     run_quickstart(out, epochs=epochs, classes=classes, per_class=per_class, seed=seed, backbone=backbone, kind=kind)
 
 

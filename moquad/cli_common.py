@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import os
 import traceback
 from collections.abc import Callable
@@ -96,6 +97,12 @@ def _cfg_help(cls: type, key: str, text: str) -> str:
     meta = next(f.metadata for f in dataclasses.fields(obj) if f.name == name)
     choices = f" One of: {', '.join(map(str, meta['choices']))}." if "choices" in meta else ""
     return f"{text}{choices} (default: {_text(getattr(obj, name))})"  # not [..]: rich would read markup
+
+
+def _default_of(fn: Callable[..., Any], name: str) -> Any:
+    """The default of parameter ``name`` of ``fn``: a command that calls ONE function takes its defaults from it
+    (typer shows them) instead of restating them."""
+    return inspect.signature(fn).parameters[name].default
 
 
 def _recipe(recipe: str | None, stage: str) -> str | None:
