@@ -156,6 +156,7 @@ def test_a_recipe_by_name_by_old_path_and_by_file(tmp_path, monkeypatch):
     assert find_recipe("ucf101_r3d18_moquad", "train") == want  # a name, in the command's stage
     assert find_recipe("ucf101_r3d18_moquad") == want  # unique across stages
     assert find_recipe("train/ucf101_r3d18_moquad.yaml") == want  # the path it had at the checkout's top level
+    assert find_recipe("train/ucf101_r3d18_moquad", "eval") == want  # the stage spelled out wins
     assert find_recipe("ablations/warmup_0", "train") == ROOT / "train" / "ablations" / "warmup_0.yaml"
     assert find_recipe("cpu_demo", "eval") == ROOT / "eval" / "cpu_demo.yaml"
     with pytest.raises(MoquadError, match="ambiguous.*train/cpu_demo.yaml.*eval/cpu_demo.yaml"):

@@ -36,8 +36,11 @@ _RecipeLoader.add_implicit_resolver(
 
 
 def _named(name: str, stage: str | None) -> list[Path]:
-    """The packaged recipes a bare name (``ucf101_r3d18_moquad``, ``ablations/warmup_0``) may mean."""
+    """The packaged recipes a name (``ucf101_r3d18_moquad``, ``ablations/warmup_0``, ``eval/cpu_demo``) may mean."""
     stem = name[:-5] if name.endswith(".yaml") else name
+    first, _, rest = stem.partition("/")
+    if first in STAGES and rest:  # the stage spelled out: it wins over the command's
+        stage, stem = first, rest
     stages = (stage,) if stage else STAGES
     return [p for st in stages if (p := RECIPE_ROOT / st / f"{stem}.yaml").is_file()]
 
