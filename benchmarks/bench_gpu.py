@@ -101,12 +101,14 @@ def drop_page_cache() -> bool:
 
 def time_step(size: int, batch: int, views: int, channels_last: bool, steps: int) -> float:
     """Median seconds of one bf16 training step of R3D-18 (CUDA events)."""
+    from moquad.config import PretrainConfig
     from moquad.models import build_model
     from moquad.train.lars import make_optimizer
     from moquad.train.loop import forward_loss
 
     torch.manual_seed(0)
-    model = build_model("r3d_18").cuda().train()
+    cfg = PretrainConfig(backbone="r3d_18")
+    model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden).cuda().train()
     x = torch.randn(batch, views, 3, 16, size, size, device="cuda")
     if channels_last:
         model = model.to(memory_format=torch.channels_last_3d)

@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from moquad.config import PretrainConfig
 from moquad.models import build_model
 from moquad.train.lars import make_optimizer
 from moquad.train.loop import forward_loss
@@ -23,7 +24,8 @@ QUAD = ("anchor", "ad_pos", "intra_neg", "ad_intra_neg")  # simclr (the ladder b
 
 def _setup(backbone: str, mode: str, batch: int, frames: int, size: int, device: str):
     torch.manual_seed(0)
-    model = build_model(backbone).to(device).train()
+    cfg = PretrainConfig(backbone=backbone)
+    model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden).to(device).train()
     opt = make_optimizer(model, "lars", 0.1, 1e-6)
     x = torch.randn(batch, 4 if mode == "moquad" else 2, 3, frames, size, size, device=device)
     return model, opt, x

@@ -16,11 +16,17 @@ from moquad import config as C
 from moquad.cli_common import (
     _PRINT,
     _SET,
+    _cfg_help,
+    _default_of,
     _friendly,
     _need_dir,
     _printed,
+    _recipe,
     global_options,
 )
+from moquad.preprocess.datasets import DATASETS
+from moquad.quickstart import quickstart as run_quickstart
+from moquad.synth import make_synth
 
 app = typer.Typer(
     add_completion=False,
@@ -46,24 +52,23 @@ app.callback(epilog="Example: moquad --debug pretrain --data D  (or: MOQUAD_DEBU
 @_friendly
 def synth(
     out: str = typer.Argument(..., help="Folder to write the UCF101-layout dataset into."),
-    kind: str = typer.Option("types", help="Family: 'types' (class = motion type: Translate, Rotate, Scale, "
-                             "Oscillate, Orbit), 'directions' (class = direction or sense of one motion: Up, Down, "
-                             "ZoomIn, ZoomOut, Left, Right, Clockwise, CounterClockwise; 1/f textures, random camera "
-                             "drift) or 'camera' (PanLeft, PanRight, ZoomIn, ZoomOut, PanUp, PanDown cut from the real "
-                             "videos of --source; train and test from different source videos). A horizontal flip maps "
-                             "Left<->Right: pre-train such classes with --set loader.flip=shared."),
+    kind: str = typer.Option(_default_of(make_synth, "kind"), help="Family: 'types' (class = motion type: Translate, "
+                             "Rotate, Scale, Oscillate, Orbit), 'directions' (class = direction or sense of one motion: "
+                             "Up, Down, ZoomIn, ZoomOut, Left, Right, Clockwise, CounterClockwise; 1/f textures, random "
+                             "camera drift) or 'camera' (PanLeft, PanRight, ZoomIn, ZoomOut, PanUp, PanDown cut from the "
+                             "real videos of --source; train and test from different source videos). A horizontal flip "
+                             "maps Left<->Right: pre-train such classes with --set loader.flip=shared."),
     source: str | None = typer.Option(None, help="--kind camera: a folder of real videos to cut the camera motions from."),
-    classes: int = typer.Option(4, help="Number of classes, the first N of the family (types: 1-5, directions: 1-8, "
-                                "camera: 1-6)."),
-    per_class: int = typer.Option(8, help="Videos per class."),
-    size: int = typer.Option(64, help="Frame width and height in pixels."),
-    frames: int = typer.Option(48, help="Frames per video (25 fps)."),
-    objects: int = typer.Option(3, help="Moving objects per video (all with the class's motion)."),
-    seed: int = typer.Option(0, help="Random seed."),
+    classes: int = typer.Option(_default_of(make_synth, "classes"), help="Number of classes, the first N of the "
+                                "family (types: 1-5, directions: 1-8, camera: 1-6)."),
+    per_class: int = typer.Option(_default_of(make_synth, "per_class"), help="Videos per class."),
+    size: int = typer.Option(_default_of(make_synth, "size"), help="Frame width and height in pixels."),
+    frames: int = typer.Option(_default_of(make_synth, "frames"), help="Frames per video (25 fps)."),
+    objects: int = typer.Option(_default_of(make_synth, "objects"), help="Moving objects per video (all with the "
+                                "class's motion)."),
+    seed: int = typer.Option(_default_of(make_synth, "seed"), help="Random seed."),
 ) -> None:
     """Generate a synthetic motion dataset (classes differ ONLY by motion) in UCF101's layout."""
-    from moquad.synth import make_synth
-
     root = make_synth(out, classes=classes, per_class=per_class, size=size, frames=frames, seed=seed,
                       objects=objects, kind=kind, source=source)
     typer.echo(f"wrote {classes * per_class} videos to {root} (UCF101 layout; preprocess with `moquad preprocess ucf101 {root} --out DIR`)")
@@ -72,31 +77,48 @@ def synth(
 # ----------------------------------------------------------------------------- stage 1: preprocess
 
 
+def _layouts() -> str:
+    return "\n\n".join(f"{name}: {a.layout}" for name, a in DATASETS.items())
+
+
+_P = C.PreprocessConfig
+_OFFICIAL = {name: a.official_splits for name, a in DATASETS.items() if a.official_splits}
+
+
 @app.command(
     epilog="Examples: moquad preprocess ucf101 /data/UCF101 --out /data/shards/ucf101 --split 1  |  "
     "moquad preprocess folder ~/my_videos --out data/mine --split-ratios 0.8,0.2  (class sub-folders)  |  "
     "moquad preprocess folder ~/my_videos/list.csv --out data/mine  (rows path,label[,split])  |  "
-    "moquad preprocess k400 /data/k400 --out /data/shards/k400 --num-parts 8 --part 3  |  "
+    "moquad preprocess k400 /data/k400 --out /data/shards/k400 --recipe k400 --num-parts 8 --part 3  |  "
     "moquad preprocess k400 /data/k400 --out /data/shards/k400 --merge  |  "
-    "moquad preprocess folder /data/clips --out /data/shards/clips --set jpeg_quality=95"
+    "moquad preprocess folder /data/clips --out /data/shards/clips --set jpeg_quality=95\n\n"
+    f"Layouts (what ROOT must hold):\n\n{_layouts()}"
 )
 @_friendly
 def preprocess(
-    dataset: str = typer.Argument(..., help="One of: k400, ucf101, hmdb51, ssv2, folder."),
+    dataset: str = typer.Argument(..., help=f"Dataset adapter, one of: {', '.join(DATASETS)} (layouts below)."),
     root: str = typer.Argument(..., help="Dataset root (videos and annotation files)."),
     out: str = typer.Option(..., "--out", "-o", help="Output folder for shards and manifests."),
-    recipe: str | None = typer.Option(None, help="YAML recipe (preprocess/*.yaml); flags override it."),
-    split: int | None = typer.Option(None, help="Official split number for ucf101/hmdb51 (1, 2 or 3)."),
-    short_side: int | None = typer.Option(None, help="Resize so the short side is this many pixels (256; 128 for 112 crops)."),
-    fps: float | None = typer.Option(None, help="Resample to this frame rate (default: native)."),
-    jpeg_quality: int | None = typer.Option(None, help="JPEG quality 1-100 (90)."),
-    shard_size: int | None = typer.Option(None, help="Target shard size in bytes (1e9)."),
-    workers: int | None = typer.Option(None, help="Parallel transcoding processes (CPU count)."),
-    num_parts: int | None = typer.Option(None, help="Split the video list into N parts (one per node)."),
-    part: int | None = typer.Option(None, help="Which part this process writes (0..N-1)."),
-    limit: int | None = typer.Option(None, help="Only the first N videos after shuffling (trial runs)."),
-    seed: int | None = typer.Option(None, help="Shuffle seed (also the seed of --split-ratios)."),
-    split_ratios: str | None = typer.Option(None, help="folder: draw a split per class, 0.8,0.2 or 0.7,0.1,0.2."),
+    recipe: str | None = typer.Option(None, help="Recipe: a name (`moquad recipes --stage preprocess`) or a YAML "
+                                      "file; flags override it."),
+    official_split: int | None = typer.Option(None, "--split", help=_cfg_help(
+        _P, "official_split", "Which official train/test split of " + ", ".join(_OFFICIAL) + ". One of: "
+        + ", ".join(map(str, sorted({n for s in _OFFICIAL.values() for n in s}))) + ".")),
+    short_side: int | None = typer.Option(None, help=_cfg_help(
+        _P, "short_side", "Resize so the short side is this many pixels (128 is enough for 112 crops).")),
+    fps: float | None = typer.Option(None, help=_cfg_help(_P, "fps", "Resample to this frame rate (none: native).")),
+    jpeg_quality: int | None = typer.Option(None, help=_cfg_help(_P, "jpeg_quality", "JPEG quality, 1-100.")),
+    shard_size: int | None = typer.Option(None, help=_cfg_help(_P, "shard_size", "Target shard size in bytes.")),
+    workers: int | None = typer.Option(None, help=_cfg_help(_P, "workers", "Parallel transcoding processes "
+                                                             "(default: this machine's CPU count).")),
+    num_parts: int | None = typer.Option(None, help=_cfg_help(_P, "num_parts", "Split the video list into N parts "
+                                                               "(one per node).")),
+    part: int | None = typer.Option(None, help=_cfg_help(_P, "part", "Which part this process writes (0..N-1).")),
+    limit: int | None = typer.Option(None, help=_cfg_help(_P, "limit", "Only the first N videos after shuffling "
+                                                           "(trial runs).")),
+    seed: int | None = typer.Option(None, help=_cfg_help(_P, "seed", "Shuffle seed (also the seed of --split-ratios).")),
+    split_ratios: str | None = typer.Option(None, help=_cfg_help(
+        _P, "split_ratios", "folder: draw a split per class, e.g. 0.8,0.2 (train,test) or 0.7,0.1,0.2.")),
     group_by: str | None = typer.Option(None, help=r"Regex on file names kept in one split, e.g. '_g(\d+)_'."),
     merge: bool = typer.Option(False, "--merge", help="Combine the manifests of all parts, then exit."),
     sets: list[str] | None = _SET,
@@ -113,8 +135,8 @@ def preprocess(
 
     cfg = C.resolve(
         C.PreprocessConfig(),
-        recipe,
-        dict(dataset=dataset, root=root, out=out, split=split, short_side=short_side, fps=fps,
+        _recipe(recipe, "preprocess"),
+        dict(dataset=dataset, root=root, out=out, official_split=official_split, short_side=short_side, fps=fps,
              jpeg_quality=jpeg_quality, shard_size=shard_size, workers=workers, num_parts=num_parts,
              part=part, limit=limit, seed=seed, group_by=group_by,
              split_ratios=splits.parse_ratios(split_ratios) if split_ratios is not None else None),
@@ -150,8 +172,10 @@ def verify(data: str = typer.Argument(..., help="A folder written by `moquad pre
 def info(
     data: str = typer.Argument(..., help="A folder written by `moquad preprocess`."),
     out: str | None = typer.Option(None, help="PNG to write (default DATA/info.png)."),
-    frames: int | None = typer.Option(None, help="Clip length for the dilation-fit count (pre-train default)."),
-    dilations: str | None = typer.Option(None, help="Dilations to check, e.g. 1,2,4 (pre-train default)."),
+    frames: int | None = typer.Option(None, help=_cfg_help(C.LoaderConfig, "frames", "Clip length for the "
+                                                            "dilation-fit count (pre-training's).")),
+    dilations: str | None = typer.Option(None, help=_cfg_help(C.LoaderConfig, "dilations", "Dilations to check, "
+                                                               "comma-separated (pre-training's).")),
     json: str | None = typer.Option(None, "--json", help="Also write the numbers to this JSON file."),
 ) -> None:
     """What a preprocessed dataset holds: splits, classes, lengths, dilation fit, errors; table + one PNG."""
@@ -161,11 +185,37 @@ def info(
     typer.echo(f"wrote {run_info(data, out, frames, dilations, json)}")
 
 
+@app.command(epilog="Examples: moquad recipes  |  moquad recipes --stage train  |  "
+             "moquad pretrain --data D --recipe ucf101_r3d18_moquad")
+@_friendly
+def recipes(stage: str | None = typer.Option(None, help="Only this stage's recipes: preprocess, train or eval.")) -> None:
+    """List the recipes shipped with moquad (name, stage, description); pass a name to --recipe."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from moquad.recipes import STAGES, list_recipes
+
+    if stage is not None and stage not in STAGES:
+        raise ValueError(f"--stage {stage!r}: choose one of {', '.join(STAGES)}")
+    table = Table("name", "stage", "description", title="recipes (moquad COMMAND --recipe NAME)")
+    for r in list_recipes():
+        if stage in (None, r["stage"]):
+            table.add_row(r["name"], r["stage"], r["description"])
+    Console(width=max(120, Console().width)).print(table)
+
+
 # ----------------------------------------------------------------------------- stage 2: pretrain
 
 
+_T = C.PretrainConfig
+
+
+def _t(key: str, text: str) -> str:
+    return _cfg_help(_T, key, text)
+
+
 @app.command(
-    epilog="Examples: moquad pretrain --data /data/shards/ucf101 --recipe train/ucf101_r3d18_moquad_dagger.yaml  |  "
+    epilog="Examples: moquad pretrain --data /data/shards/ucf101 --recipe ucf101_r3d18_moquad_dagger  |  "
     "moquad pretrain --data data/shards --recipe train/cpu_demo.yaml --method moquad --out runs/moquad  |  "
     "moquad pretrain --data data/shards --backbone tiny --size 64 --set loader.dilations=1,4 --set loader.grayscale=0  |  "
     "torchrun --nnodes 4 --nproc-per-node 8 ... -m moquad.cli pretrain --data ... --recipe ..."
@@ -173,43 +223,53 @@ def info(
 @_friendly
 def pretrain(
     data: str = typer.Option(..., help="Shard folder written by `moquad preprocess`."),
-    out: str | None = typer.Option(None, help="Run folder (checkpoints, logs, config)."),
-    recipe: str | None = typer.Option(None, help="YAML recipe (train/*.yaml); flags override it."),
-    method: str | None = typer.Option(None, help="moquad, simclr (the ladder's base: MoQuad's sampling and loss, no quadruple parts) or simclr_classic (two clips at one dilation, NT-Xent)."),
-    backbone: str | None = typer.Option(None, help="tiny, r3d_18, r2plus1d_18, s3d or r3d_50."),
-    epochs: int | None = typer.Option(None, help="Training epochs."),
-    batch_size: int | None = typer.Option(None, help="GLOBAL batch size in videos (split over ranks)."),
-    lr: float | None = typer.Option(None, help="Learning rate at batch 256 (scaled linearly)."),
-    lr_warmup_epochs: float | None = typer.Option(None, help="Linear learning-rate warm-up epochs (10)."),
-    weight_decay: float | None = typer.Option(None, help="Weight decay (1e-6; none on BN and bias)."),
-    optimizer: str | None = typer.Option(None, help="lars, sgd or adamw."),
-    temperature: float | None = typer.Option(None, help="Softmax temperature tau."),
-    warmup_ratio: float | None = typer.Option(None, help="Share of epochs on the appearance task (Alg. 1)."),
-    hard_beta: float | None = typer.Option(None, help="Eq. 4: share of inter negatives mined as hard (0: off)."),
-    hard_alpha: float | None = typer.Option(None, help="Eq. 4: weight of hard and intra negatives."),
-    frames: int | None = typer.Option(None, help="Frames per clip."),
-    size: int | None = typer.Option(None, help="Crop size in pixels."),
-    appearance_op: str | None = typer.Option(None, help="rad_inter, rad_intra, be or none."),
-    motion_ops: str | None = typer.Option(None, help="Motion ops making Intra-Negs, comma-separated, e.g. speed,reverse."),
-    ad_pos: bool | None = typer.Option(None, "--ad-pos/--no-ad-pos", help="RAD on the positive."),
-    intra_neg: bool | None = typer.Option(None, "--intra-neg/--no-intra-neg", help="Use the Intra-Neg."),
-    ad_intra_neg: bool | None = typer.Option(None, "--ad-intra-neg/--no-ad-intra-neg", help="Use the AD-Intra-Neg."),
-    workers: int | None = typer.Option(None, help="Data loader processes per rank."),
-    augment_on_device: bool | None = typer.Option(None, "--augment-on-device/--augment-on-cpu",
-                                                  help="Workers only decode; crop, flip, colour and RAD run on the GPU."),
-    steps_per_epoch: int | None = typer.Option(None, help="Override batches per epoch."),
-    ckpt_every: int | None = typer.Option(None, help="Checkpoint every N steps."),
-    sync_bn: bool | None = typer.Option(None, "--sync-bn/--no-sync-bn", help="SyncBatchNorm across ranks."),
+    out: str | None = typer.Option(None, help=_t("out", "Run folder (checkpoints, logs, config).")),
+    recipe: str | None = typer.Option(None, help="Recipe: a name (`moquad recipes --stage train`) or a YAML file; "
+                                      "flags override it."),
+    method: str | None = typer.Option(None, help=_t("method", "simclr is the ladder's base (MoQuad's sampling and "
+                                                    "loss, no quadruple parts); simclr_classic: two clips at one "
+                                                    "dilation, NT-Xent.")),
+    backbone: str | None = typer.Option(None, help=_t("backbone", "Video encoder (moquad.models.BACKBONES).")),
+    epochs: int | None = typer.Option(None, help=_t("epochs", "Training epochs.")),
+    batch_size: int | None = typer.Option(None, help=_t("batch_size", "GLOBAL batch size in videos (split over ranks).")),
+    lr: float | None = typer.Option(None, help=_t("lr", "Learning rate at batch 256 (scaled linearly).")),
+    lr_warmup_epochs: float | None = typer.Option(None, help=_t("lr_warmup_epochs", "Linear learning-rate warm-up epochs.")),
+    weight_decay: float | None = typer.Option(None, help=_t("weight_decay", "Weight decay (none on BN and bias).")),
+    optimizer: str | None = typer.Option(None, help=_t("optimizer", "Optimizer.")),
+    temperature: float | None = typer.Option(None, help=_t("temperature", "Softmax temperature tau.")),
+    warmup_ratio: float | None = typer.Option(None, help=_t("warmup_ratio", "Share of epochs on the appearance task "
+                                                            "(Alg. 1).")),
+    hard_beta: float | None = typer.Option(None, help=_t("hard_beta", "Eq. 4: share of inter negatives mined as hard "
+                                                         "(0: off).")),
+    hard_alpha: float | None = typer.Option(None, help=_t("hard_alpha", "Eq. 4: weight of hard and intra negatives.")),
+    frames: int | None = typer.Option(None, help=_t("loader.frames", "Frames per clip.")),
+    size: int | None = typer.Option(None, help=_t("loader.size", "Crop size in pixels.")),
+    appearance_op: str | None = typer.Option(None, help=_t("loader.appearance_op", "Appearance disturbance.")),
+    motion_ops: str | None = typer.Option(None, help=_t("loader.motion_ops", "Motion ops making Intra-Negs, "
+                                                        "comma-separated (several: one Intra-Neg pair each).")),
+    ad_pos: bool | None = typer.Option(None, "--ad-pos/--no-ad-pos", help=_t("loader.ad_pos", "RAD on the positive.")),
+    intra_neg: bool | None = typer.Option(None, "--intra-neg/--no-intra-neg", help=_t("loader.intra_neg",
+                                                                                      "Use the Intra-Neg.")),
+    ad_intra_neg: bool | None = typer.Option(None, "--ad-intra-neg/--no-ad-intra-neg",
+                                             help=_t("loader.ad_intra_neg", "Use the AD-Intra-Neg.")),
+    workers: int | None = typer.Option(None, help=_t("loader.workers", "Data loader processes per rank.")),
+    augment_on_device: bool | None = typer.Option(None, "--augment-on-device/--augment-on-cpu", help=_t(
+        "loader.augment_on_device", "Workers only decode; crop, flip, colour and RAD run on the GPU.")),
+    steps_per_epoch: int | None = typer.Option(None, help=_t("steps_per_epoch", "Override batches per epoch "
+                                                             "(none: videos // global batch).")),
+    ckpt_every: int | None = typer.Option(None, help=_t("ckpt_every", "Checkpoint every N steps.")),
+    sync_bn: bool | None = typer.Option(None, "--sync-bn/--no-sync-bn", help=_t("sync_bn", "SyncBatchNorm across ranks.")),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoints/last.pt."),
-    seed: int | None = typer.Option(None, help="Seed for model init and data order (sets seed and loader.seed)."),
-    device: str | None = typer.Option(None, help="auto, cpu or cuda."),
+    seed: int | None = typer.Option(None, help=_t("seed", "Seed for model init and data order (sets seed and "
+                                                  "loader.seed).")),
+    device: str | None = typer.Option(None, help=_t("device", "Where to train.")),
     sets: list[str] | None = _SET,
     print_config: bool = _PRINT,
 ) -> None:
     """Pre-train a video encoder with MoQuad (or the SimCLR baseline) from shards; any setting: --set KEY=VALUE."""
     cfg = C.resolve(
         C.PretrainConfig(),
-        recipe,
+        _recipe(recipe, "train"),
         {
             "data": data, "out": out, "method": method, "backbone": backbone, "epochs": epochs,
             "batch_size": batch_size, "lr": lr, "lr_warmup_epochs": lr_warmup_epochs,
@@ -253,17 +313,18 @@ def plot(
 @_friendly
 def quickstart(
     out: str = typer.Option("runs/quickstart", help="Folder for data, runs and the comparison."),
-    epochs: int | None = typer.Option(None, help="Pre-training epochs for each method (60, train/cpu_demo.yaml)."),
-    classes: int = typer.Option(4, help="Synthetic motion classes (types: 1-5, directions: 1-8; see moquad synth)."),
-    per_class: int = typer.Option(100, help="Synthetic videos per class."),
-    seed: int = typer.Option(0, help="Seed."),
+    epochs: int | None = typer.Option(None, help="Pre-training epochs for each method (default: the demo recipe's, "
+                                      "train/cpu_demo.yaml)."),
+    classes: int = typer.Option(_default_of(run_quickstart, "classes"), help="Synthetic motion classes (types: 1-5, "
+                                "directions: 1-8; see moquad synth)."),
+    per_class: int = typer.Option(_default_of(run_quickstart, "per_class"), help="Synthetic videos per class."),
+    seed: int = typer.Option(_default_of(run_quickstart, "seed"), help="Seed."),
     backbone: str | None = typer.Option(None, help="Backbone (tiny on CPU, the recipe's; r3d_18 on a GPU)."),
-    kind: str = typer.Option("types", help="Family: types (motion types), directions (senses) or camera (real footage)."),
+    kind: str = typer.Option(_default_of(run_quickstart, "kind"), help="Family: types (motion types), directions "
+                             "(senses) or camera (real footage, --source)."),
     source: str | None = typer.Option(None, help="--kind camera: a folder of real videos."),
 ) -> None:
     """Synth -> preprocess -> pretrain SimCLR and MoQuad -> retrieval, kNN and linear probe -> table + PNG."""
-    from moquad.quickstart import quickstart as run_quickstart
-
     run_quickstart(out, epochs=epochs, classes=classes, per_class=per_class, seed=seed, backbone=backbone, kind=kind,
                    source=source)
 

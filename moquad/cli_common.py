@@ -10,7 +10,9 @@ prints the traceback of the one-line failures too.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import os
 import traceback
 from collections.abc import Callable
@@ -21,6 +23,7 @@ import typer
 
 from moquad import config as C
 from moquad.errors import user_message
+from moquad.recipes import find_recipe
 
 
 def debug_enabled() -> bool:
@@ -77,6 +80,36 @@ def global_options(
         os.environ["MOQUAD_DEBUG"] = "1"
 
 
+def _text(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    return "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _cfg_help(cls: type, key: str, text: str) -> str:
+    """``text`` plus what the config says of setting ``key`` (dotted: ``loader.frames``): its choices and its
+    default. Flags default to None ("not given": the recipe's value or the config's), so typer cannot show
+    the default itself, and help strings never restate a number the dataclass holds."""
+    obj: Any = cls()
+    *outer, name = key.split(".")
+    for part in outer:
+        obj = getattr(obj, part)
+    meta = next(f.metadata for f in dataclasses.fields(obj) if f.name == name)
+    choices = f" One of: {', '.join(map(str, meta['choices']))}." if "choices" in meta else ""
+    return f"{text}{choices} (default: {_text(getattr(obj, name))})"  # not [..]: rich would read markup
+
+
+def _default_of(fn: Callable[..., Any], name: str) -> Any:
+    """The default of parameter ``name`` of ``fn``: a command that calls ONE function takes its defaults from it
+    (typer shows them) instead of restating them."""
+    return inspect.signature(fn).parameters[name].default
+
+
+def _recipe(recipe: str | None, stage: str) -> str | None:
+    """A ``--recipe`` value as a file: a path as given, or a recipe name of ``stage`` (``moquad recipes``)."""
+    return None if recipe is None else str(find_recipe(recipe, stage))
+
+
 def _need_dir(path: str, what: str, hint: str) -> None:
     if not Path(path).is_dir():
         raise FileNotFoundError(f"{what} {path} is not a directory; {hint}")
@@ -89,11 +122,11 @@ def _need_file(path: str, what: str, hint: str) -> None:
 
 _DATA = typer.Option(..., help="Shard folder of the evaluation dataset.")
 _CKPT = typer.Option(..., help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt).")
-_RECIPE = typer.Option(None, help="YAML recipe (eval/*.yaml); flags override it.")
+_RECIPE = typer.Option(None, help="Recipe: a name (`moquad recipes --stage eval`) or a YAML file; flags override it.")
 
 
 def _eval_cfg(data: str, checkpoint: str, recipe: str | None, sets: list[str] | None, **flags: Any) -> C.EvalConfig:
     """The evaluation commands' config: defaults < recipe < flags (None: not given) < ``--set``."""
     _need_dir(data, "data folder", "run `moquad preprocess` first and pass its --out folder")
     _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain` (RUN/checkpoints/last.pt)")
-    return C.resolve(C.EvalConfig(), recipe, dict(data=data, checkpoint=checkpoint, **flags), sets or ())
+    return C.resolve(C.EvalConfig(), _recipe(recipe, "eval"), dict(data=data, checkpoint=checkpoint, **flags), sets or ())

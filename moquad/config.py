@@ -36,13 +36,12 @@ import yaml
 
 from moquad.data.ops import APPEARANCE_OPS, FLIP_POLICIES, MOTION_OPS
 from moquad.errors import MoquadError
+from moquad.models.backbones import BACKBONES  # the backbone table (imports no torch)
+from moquad.preprocess.datasets import DATASETS  # the dataset-adapter table
 from moquad.recipes import load_recipe
 
 T = TypeVar("T")
 
-# names the configs accept; moquad.preprocess.datasets and moquad.models implement them (a test keeps them equal)
-DATASETS = ("k400", "ucf101", "hmdb51", "ssv2", "folder")
-BACKBONES = ("tiny", "r3d_18", "r2plus1d_18", "s3d", "r3d_50")
 OPTIMIZERS = ("lars", "sgd", "adamw")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -64,10 +63,10 @@ def rule(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSI
 class PreprocessConfig:
     """Stage 1: raw videos -> tar shards + Parquet manifests."""
 
-    dataset: str = rule("folder", choices=DATASETS)
+    dataset: str = rule("folder", choices=tuple(DATASETS))
     root: str = ""
     out: str = ""
-    split: int = rule(1, ge=1, le=3)  # official split number for ucf101 / hmdb51
+    official_split: int = rule(1, ge=1, le=3)  # ucf101 / hmdb51: which official split (flag --split)
     short_side: int = rule(256, ge=8)  # 256 for the paper's 224 crops; 128 is enough for 112
     fps: float | None = rule(None, gt=0)  # None keeps the native frame rate
     jpeg_quality: int = rule(90, ge=1, le=100)
@@ -130,7 +129,7 @@ class PretrainConfig:
     out: str = "runs/pretrain"
     split: str = "train"
     method: str = rule("moquad", choices=("moquad", "simclr", "simclr_classic"))  # see moquad.train.loop
-    backbone: str = rule("r3d_18", choices=BACKBONES)
+    backbone: str = rule("r3d_18", choices=tuple(BACKBONES))
     proj_dim: int = rule(128, ge=1)
     proj_hidden: int = rule(2048, ge=1)
     epochs: int = rule(200, ge=1)

@@ -1,6 +1,7 @@
 """Export a pre-trained backbone for use outside moquad, with a JSON model card beside it.
 
-``--format torchvision`` (r3d_18, r2plus1d_18, s3d): a ``torch.save``'d state dict under
+``--format torchvision`` (the backbones with ``torchvision`` names in ``moquad.models.BACKBONES``:
+r3d_18, r2plus1d_18, s3d): a ``torch.save``'d state dict under
 torchvision's key names. The classifier head is NOT in it (MoQuad pre-trains no classifier;
 neither is the contrastive projection head exported), so load it into a headless model::
 
@@ -38,15 +39,12 @@ from moquad.data.augment import MEAN, STD
 from moquad.data.store import manifest_checksum, read_manifest
 from moquad.eval.common import sha256_file
 from moquad.io import atomic_write
-from moquad.models import build_backbone
+from moquad.models import BACKBONES, build_backbone
 from moquad.train.checkpoint import load
 
 FORMATS = ("torchvision", "safetensors")
-TORCHVISION = {  # the prefix of moquad's backbone keys above torchvision's; the head the export lacks
-    "r3d_18": ("net.", ["fc.weight", "fc.bias"]),
-    "r2plus1d_18": ("net.", ["fc.weight", "fc.bias"]),
-    "s3d": ("", ["classifier.1.weight", "classifier.1.bias"]),
-}
+# backbones with torchvision export names (prefix above torchvision's keys, the head the export lacks)
+TORCHVISION = {name: b.torchvision for name, b in BACKBONES.items() if b.torchvision is not None}
 HEADLINES = ("top1", "top5", "top10", "top20", "top50", "knn_top1", "knn_top5", "mean_class_accuracy")
 
 
@@ -55,7 +53,7 @@ def backbone_state(ckpt: dict[str, Any], torchvision_names: bool) -> dict[str, t
     arch = ckpt["config"]["backbone"]
     prefix = "backbone."
     if torchvision_names:
-        prefix += TORCHVISION[arch][0]
+        prefix += TORCHVISION[arch].prefix
     sd = {k[len(prefix):]: v.contiguous() for k, v in ckpt["model"].items() if k.startswith(prefix)}
     if not sd:
         raise ValueError(f"the checkpoint holds no {arch} backbone weights; pass a checkpoint of `moquad pretrain`")
@@ -66,9 +64,8 @@ def _load_instructions(arch: str, fmt: str, file: str) -> str:
     read = (f"safetensors.torch.load_file({file!r})" if fmt == "safetensors"
             else f"torch.load({file!r}, weights_only=True)")
     if arch in TORCHVISION:
-        head = ("model.classifier = torch.nn.Identity(); model.avgpool = torch.nn.AdaptiveAvgPool3d(1)"
-                if arch == "s3d" else "model.fc = torch.nn.Identity()")
-        return (f"model = torchvision.models.video.{arch}(); {head}; model.load_state_dict({read})  "
+        return (f"model = torchvision.models.video.{arch}(); {TORCHVISION[arch].strip_head}; "
+                f"model.load_state_dict({read})  "
                 f"# strict; or keep the head and load_state_dict(..., strict=False): missing = the head only")
     return (f"from moquad.models import build_backbone; model, dim = build_backbone({arch!r}); "
             f"model.load_state_dict({read})")
@@ -117,7 +114,7 @@ def model_card(ckpt: dict[str, Any], ckpt_path: Path, fmt: str, out: Path, sha: 
         "feature_dim": build_backbone(arch)[1],
         "keys": "torchvision" if arch in TORCHVISION else "moquad.models.build_backbone",
         "load": _load_instructions(arch, fmt, out.name),
-        "not_exported": (TORCHVISION[arch][1] if arch in TORCHVISION else [])
+        "not_exported": (list(TORCHVISION[arch].head) if arch in TORCHVISION else [])
         + ["MoQuad projection head (head.*: pre-training only)"],
         "input": {"layout": "(N, 3, T, H, W) float32", "normalize": "(x / 255 - mean) / std, RGB",
                   "mean": list(MEAN), "std": list(STD), "pretrain_frames": loader.get("frames"),
@@ -135,7 +132,7 @@ def export(checkpoint: str | Path, fmt: str, out: str | Path) -> tuple[Path, Pat
     """Write the backbone of ``checkpoint`` to ``out`` in ``fmt`` and the model card beside it."""
     ckpt_path, out = Path(checkpoint), Path(out)
     if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; choose torchvision or safetensors")
+        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if out.suffix == ".json":
         raise ValueError(f"--out {out} would clash with its model card; use .pt / .pth / .safetensors")
     ckpt = load(ckpt_path)

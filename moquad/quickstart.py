@@ -22,7 +22,7 @@ from rich.table import Table
 from moquad import config as C
 from moquad.errors import MoquadError
 from moquad.io import atomic_write_text
-from moquad.recipes import REPO_ROOT, find_recipe
+from moquad.recipes import RECIPE_ROOT, find_recipe
 
 KS = (1, 5, 10, 20)  # the ks of eval/cpu_demo.yaml (tests/test_quickstart.py keeps them equal)
 TRAIN_RECIPE, EVAL_RECIPE = "train/cpu_demo.yaml", "eval/cpu_demo.yaml"
@@ -32,11 +32,10 @@ SYNTH = dict(size=48, frames=48, objects=3)
 
 
 def demo_recipe(name: str) -> Path:
-    """A recipe of the checkout moquad runs from (recipes live at its top level, beside the package)."""
+    """A packaged recipe (``moquad recipes`` lists them)."""
     path = find_recipe(name)
     if not path.is_file():
-        raise MoquadError(f"recipe {name} not found in {REPO_ROOT} nor here; the demo needs a moquad checkout "
-                          "(git clone, then pip install -e .)")
+        raise MoquadError(f"recipe {name} not found in {RECIPE_ROOT}; reinstall moquad (pip install moquad)")
     return path
 
 

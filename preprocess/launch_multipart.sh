@@ -2,7 +2,7 @@
 # Multi-node preprocessing: one SLURM array task per part, each writing its own shards and
 # manifest parts into the same --out folder (shared filesystem); the last part to finish merges.
 #
-#   sbatch --array=0-7 preprocess/launch_multipart.sh k400 /data/k400 /data/shards/k400 preprocess/k400.yaml
+#   sbatch --array=0-7 preprocess/launch_multipart.sh k400 /data/k400 /data/shards/k400 k400
 #
 # Re-submitting the same command resumes: committed shards are kept, unfinished ones redone.
 # If several parts finish at once, or a part was re-run alone, merge explicitly:
@@ -20,7 +20,7 @@ set -euo pipefail
 DATASET=${1:?usage: launch_multipart.sh DATASET ROOT OUT [RECIPE]}
 ROOT=${2:?dataset root}
 OUT=${3:?output folder}
-RECIPE=${4:-preprocess/${DATASET}.yaml}
+RECIPE=${4:-${DATASET}}  # a recipe name (`moquad recipes --stage preprocess`) or a YAML file
 NUM_PARTS=${SLURM_ARRAY_TASK_COUNT:-${NUM_PARTS:-1}}
 if [[ -n "${SLURM_ARRAY_TASK_ID:-}" ]]; then
     PART=$((SLURM_ARRAY_TASK_ID - ${SLURM_ARRAY_TASK_MIN:-0}))  # works for --array=1-8 too

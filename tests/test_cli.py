@@ -4,6 +4,7 @@ reachable from the command line (named flags and --set), in the documented order
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 import typing
@@ -14,10 +15,11 @@ from typer.testing import CliRunner
 
 from moquad import config as C
 from moquad.cli import app
+from moquad.recipes import load_recipe
 
 runner = CliRunner()
 COMMANDS = ["synth", "preprocess", "verify", "pretrain", "plot", "extract", "retrieve", "linear", "finetune",
-            "cam", "quickstart"]
+            "cam", "quickstart", "recipes"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -42,6 +44,10 @@ def test_help_has_example(command):
         (["pretrain", "--data", "{tmp}", "--recipe", "{tmp}/nope.yaml"], "recipe"),
         (["retrieve", "--data", "{tmp}", "--checkpoint", "{tmp}/none.pt"], "checkpoint"),
         (["synth", "{tmp}/s", "--classes", "50"], "--classes"),
+        (["preprocess", "ucf101", "{tmp}", "--out", "{tmp}/o"], "ucfTrainTestlist/ (the official split files) not "
+         "found at {tmp}/ucfTrainTestlist; ucf101 expects UCF-101/<Class>/*.avi"),
+        (["recipes", "--stage", "training"], "--stage 'training': choose one of preprocess, train, eval"),
+        (["pretrain", "--data", "{tmp}", "--recipe", "cpu_demo_typo"], "recipe cpu_demo_typo not found"),
     ],
 )
 def test_bad_arguments_one_line(tmp_path, args, message):
@@ -129,3 +135,56 @@ def test_every_field_settable_with_set(tmp_path, kind, command):
     got = printed_config(command, *where, *sets)
     got.update({f"loader.{k}": v for k, v in got.pop("loader", {}).items()})
     assert got == want
+
+
+def test_recipe_by_name_and_split_flag(tmp_path):
+    got = printed_config("pretrain", "--data", tmp_path, "--recipe", "ucf101_r3d18_moquad")
+    assert (got["epochs"], got["backbone"]) == (800, "r3d_18")  # Table 1's UCF101 row, by name after pip install
+    assert printed_config("pretrain", "--data", tmp_path, "--recipe", "cpu_demo")["backbone"] == "tiny"  # train's
+    (tmp_path / "c.pt").write_bytes(b"")
+    got = printed_config("retrieve", "--data", tmp_path, "--checkpoint", tmp_path / "c.pt", "--recipe", "cpu_demo")
+    want = C.update(C.EvalConfig(), {**load_recipe("eval/cpu_demo.yaml"), "data": str(tmp_path),
+                                     "checkpoint": str(tmp_path / "c.pt")})
+    assert got == C.to_dict(want)  # eval's cpu_demo (the name is in two stages: the command picks its own)
+    got = printed_config("preprocess", "hmdb51", tmp_path, "--out", tmp_path / "o", "--split", 2)
+    assert got["official_split"] == 2 and "split" not in got
+
+
+def test_recipes_lists_every_packaged_recipe():
+    from moquad.recipes import list_recipes
+
+    out = runner.invoke(app, ["recipes"], terminal_width=250).output
+    for r in list_recipes():
+        assert r["name"] in out
+    only = runner.invoke(app, ["recipes", "--stage", "preprocess"], terminal_width=250).output
+    assert "ucf101_small" in only and "ucf101_r3d18_moquad" not in only
+
+
+def _option_helps(command: str) -> dict[str, str]:
+    import typer.main
+
+    cmd = typer.main.get_command(app).commands[command]
+    return {p.opts[0]: " ".join((p.help or "").split()) for p in cmd.params if isinstance(p.opts, list) and p.opts}
+
+
+@pytest.mark.parametrize("kind, command", [(C.PretrainConfig, "pretrain"), (C.PreprocessConfig, "preprocess")])
+def test_help_shows_the_config_default_and_restates_none(kind, command):
+    """Each flag's help ends with the dataclass default (the one place it is written) and repeats no default."""
+    cfg = C.to_dict(kind())
+    flat = {**cfg, **{f"loader.{k}": v for k, v in cfg.pop("loader", {}).items()}}
+    checked = 0
+    for opt, text in _option_helps(command).items():
+        name = {"--split": "official_split"}.get(opt, opt.lstrip("-").split("/")[0].replace("-", "_"))
+        key = next((k for k in (name, f"loader.{name}") if k in flat), None)
+        if key is None or "(default: " not in text:
+            continue
+        value = flat[key]
+        shown = ",".join(map(str, value)) if isinstance(value, list) else "none" if value is None else \
+            str(value).lower() if isinstance(value, bool) else str(value)
+        body, _, tail = text.rpartition("(default: ")
+        body = body.split(" One of: ")[0]  # the choices, read from the config too, list the default
+        assert tail == f"{shown})", (opt, text)
+        if not isinstance(value, bool) and value is not None:
+            assert not re.search(rf"(?<![\w.]){re.escape(shown)}(?![\w.])", body), f"{opt} restates {shown}: {text}"
+        checked += 1
+    assert checked >= (20 if command == "pretrain" else 10)

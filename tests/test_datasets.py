@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_preprocess_layouts import make_hmdb51, make_k400, make_ssv2, make_ucf101
 
-from moquad.preprocess.datasets import list_dataset, ssv2_label_name
+from moquad.preprocess.datasets import DATASETS, LayoutError, list_dataset, ssv2_label_name
 
 
 def _by_id(listing):
@@ -14,7 +14,7 @@ def _by_id(listing):
 
 def test_ucf101_lists_splits_labels_and_missing(real_videos_dir, tmp_path):
     expect = make_ucf101(tmp_path, real_videos_dir)
-    listing = list_dataset("ucf101", tmp_path, split=1)
+    listing = list_dataset("ucf101", tmp_path, official_split=1)
     assert listing.classes == ["CartWheel", "Wave"]
     got = _by_id(listing)
     assert set(got) | {v.video_id for v in listing.missing} == set(expect)
@@ -23,15 +23,15 @@ def test_ucf101_lists_splits_labels_and_missing(real_videos_dir, tmp_path):
         assert (v.split, v.label, v.class_name) == (expect[vid]["split"], expect[vid]["label"], expect[vid]["class_name"])
         if expect[vid]["path"] is not None:
             assert v.path.resolve() == expect[vid]["path"].resolve()
-    with pytest.raises(FileNotFoundError, match="trainlist02"):
-        list_dataset("ucf101", tmp_path, split=2)
-    with pytest.raises(ValueError, match="splits 1, 2, 3"):
-        list_dataset("ucf101", tmp_path, split=4)
+    with pytest.raises(LayoutError, match="trainlist02"):
+        list_dataset("ucf101", tmp_path, official_split=2)
+    with pytest.raises(ValueError, match="official splits 1, 2, 3"):
+        list_dataset("ucf101", tmp_path, official_split=4)
 
 
 def test_hmdb51_split_codes(real_videos_dir, tmp_path):
     expect = make_hmdb51(tmp_path, real_videos_dir)
-    listing = list_dataset("hmdb51", tmp_path, split=1)
+    listing = list_dataset("hmdb51", tmp_path, official_split=1)
     assert listing.classes == ["cartwheel", "wave"]
     got = _by_id(listing)
     assert set(got) == set(expect)  # code 0 (unused) is skipped
@@ -105,15 +105,36 @@ def test_bad_arguments_say_what_to_do(tmp_path):
         list_dataset("kinetics", tmp_path)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         list_dataset("folder", tmp_path / "nope")
-    with pytest.raises(ValueError, match="no videos found"):
+    with pytest.raises(LayoutError, match="no videos found"):
         list_dataset("folder", tmp_path)
-    with pytest.raises(FileNotFoundError, match="train.csv"):
+    with pytest.raises(LayoutError, match="train.csv"):
         list_dataset("k400", tmp_path)
-    with pytest.raises(FileNotFoundError, match="labels.json"):
+    with pytest.raises(LayoutError, match="labels.json"):
         list_dataset("ssv2", tmp_path)
-    with pytest.raises(FileNotFoundError, match="ucfTrainTestlist"):
-        list_dataset("ucf101", tmp_path)
+    with pytest.raises(LayoutError, match="ucfTrainTestlist"):
+        list_dataset("ucf101", tmp_path, official_split=1)
     bad_split = tmp_path / "l.csv"
     bad_split.write_text("a.mp4,x,Train Set\n")
     with pytest.raises(ValueError, match="split name 'Train Set'"):
         list_dataset("folder", bad_split)
+
+
+@pytest.mark.parametrize("dataset", ["k400", "ucf101", "hmdb51", "ssv2", "folder"])
+def test_wrong_layout_error_shows_the_table_layout(tmp_path, dataset):
+    """An empty ROOT: the one error line names what is missing and then the layout written in DATASETS."""
+    with pytest.raises(LayoutError) as e:
+        list_dataset(dataset, tmp_path, official_split=1 if DATASETS[dataset].official_splits else None)
+    msg = str(e.value)
+    assert msg.endswith(f"; {dataset} expects {DATASETS[dataset].layout}") and "\n" not in msg
+
+
+def test_the_table_is_the_config_choices():
+    from dataclasses import fields
+
+    from moquad.config import PreprocessConfig
+
+    choices = next(f.metadata["choices"] for f in fields(PreprocessConfig) if f.name == "dataset")
+    assert choices == tuple(DATASETS) == ("k400", "ucf101", "hmdb51", "ssv2", "folder")
+    assert {n for n, a in DATASETS.items() if a.official_splits} == {"ucf101", "hmdb51"}
+    with pytest.raises(ValueError, match="ucf101 has official splits 1, 2, 3; none was given"):
+        list_dataset("ucf101", ".")

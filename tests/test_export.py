@@ -53,7 +53,7 @@ def test_torchvision_round_trip_features_equal(tmp_path, arch):
     sd = torch.load(weights, weights_only=True)
     # the unmodified torchvision model: exactly the classifier head is missing, nothing unexpected
     missing, unexpected = _torchvision(arch, headless=False).load_state_dict(sd, strict=False)
-    assert sorted(missing) == sorted(TORCHVISION[arch][1]) and unexpected == []
+    assert sorted(missing) == sorted(TORCHVISION[arch].head) and unexpected == []
     model = _torchvision(arch, headless=True)
     model.load_state_dict(sd, strict=True)
     x = torch.randn(2, 3, 8, 48, 48, generator=torch.Generator().manual_seed(1))
@@ -81,6 +81,21 @@ def test_safetensors_loads_as_the_card_says(tmp_path, arch):
     with torch.no_grad():
         got = model.eval()(x)
     torch.testing.assert_close(got, _moquad_features(ckpt, x), atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("arch", ["r3d_18", "s3d"])
+def test_card_load_line_runs_as_printed(tmp_path, arch, monkeypatch):
+    """The card's `load` line (built from BACKBONES' torchvision names) loads the export strictly, as printed."""
+    import torchvision
+
+    ckpt = _checkpoint(tmp_path / "last.pt", arch)
+    _, card = export(ckpt, "torchvision", tmp_path / "w.pt")
+    monkeypatch.chdir(tmp_path)
+    scope = {"torch": torch, "torchvision": torchvision}
+    exec(json.loads(card.read_text())["load"], scope)  # noqa: S102 - the line a user pastes
+    x = torch.randn(1, 3, 8, 32, 32, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(scope["model"].eval()(x), _moquad_features(ckpt, x), atol=ATOL, rtol=RTOL)
 
 
 def test_cli_export_model_card_with_data_and_eval_results(tmp_path):

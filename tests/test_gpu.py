@@ -17,7 +17,7 @@ import pytest
 import torch
 from fixtures import coded_dataset
 
-from moquad.config import LoaderConfig
+from moquad.config import LoaderConfig, PretrainConfig
 from moquad.data.augment import apply_views, to_model
 from moquad.data.pipeline import make_loader
 from moquad.models import build_model
@@ -26,6 +26,7 @@ from moquad.train.losses import moquad_loss, nt_xent_loss
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 CUDA = torch.device("cuda")
 QUAD = ("anchor", "ad_pos", "intra_neg", "ad_intra_neg")
+HEAD = (PretrainConfig().proj_dim, PretrainConfig().proj_hidden)  # the default projection head
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def data(tmp_path_factory):
 def test_bf16_autocast_losses_match_fp32():
     """Projections of a real network under bf16 autocast vs fp32: MoQuad (with mining) and NT-Xent within 2%."""
     torch.manual_seed(0)
-    model = build_model("r3d_18").to(CUDA).eval()
+    model = build_model("r3d_18", *HEAD).to(CUDA).eval()
     x = torch.randn(8 * 4, 3, 8, 64, 64, device=CUDA)
     with torch.no_grad():
         z32 = model(x).float().view(8, 4, -1)
@@ -77,7 +78,7 @@ def test_r3d18_training_step_in_bf16(channels_last):
     from moquad.train.loop import forward_loss
 
     torch.manual_seed(0)
-    model = build_model("r3d_18").to(CUDA).train()
+    model = build_model("r3d_18", *HEAD).to(CUDA).train()
     if channels_last:
         model = model.to(memory_format=torch.channels_last_3d)
     opt = make_optimizer(model, "lars", 0.1, 1e-6)
@@ -95,7 +96,7 @@ def test_r3d18_training_step_in_bf16(channels_last):
 def test_checkpoint_saved_on_cuda_loads_on_cpu(tmp_path):
     from moquad.train import checkpoint
 
-    model = build_model("tiny").to(CUDA)
+    model = build_model("tiny", *HEAD).to(CUDA)
     path = checkpoint.save({"model": model.state_dict(), "step": 1, "epoch": 0,
                             "config": {"backbone": "tiny", "proj_dim": 128, "proj_hidden": 2048}}, tmp_path / "c.pt")
     loaded, ckpt = checkpoint.load_model(path)
@@ -108,11 +109,13 @@ def test_checkpoint_saved_on_cuda_loads_on_cpu(tmp_path):
 SYNC_BN = """
 import os, torch, torch.distributed as dist
 from torch import nn
+from moquad.config import PretrainConfig
 from moquad.models import build_model
+HEAD = (PretrainConfig().proj_dim, PretrainConfig().proj_hidden)
 dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
 torch.manual_seed(0)
-plain = build_model("r3d_18").cuda().train()
-synced = nn.SyncBatchNorm.convert_sync_batchnorm(build_model("r3d_18")).cuda().train()
+plain = build_model("r3d_18", *HEAD).cuda().train()
+synced = nn.SyncBatchNorm.convert_sync_batchnorm(build_model("r3d_18", *HEAD)).cuda().train()
 synced.load_state_dict(plain.state_dict())
 n_sync = sum(isinstance(m, nn.SyncBatchNorm) for m in synced.modules())
 assert n_sync > 0 and not any(isinstance(m, nn.BatchNorm3d) and not isinstance(m, nn.SyncBatchNorm) for m in synced.modules())

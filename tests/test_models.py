@@ -7,7 +7,7 @@ import torch
 
 from moquad.config import PretrainConfig, to_dict
 from moquad.errors import MoquadError
-from moquad.models import BACKBONES, build_model
+from moquad.models import BACKBONES, build_backbone, build_model
 from moquad.train import checkpoint
 from moquad.train.lars import LARS, param_groups
 from moquad.train.losses import moquad_loss
@@ -56,7 +56,7 @@ def test_r3d50_is_cvrl_shape():
 
 def test_unknown_backbone():
     with pytest.raises(ValueError, match="unknown backbone"):
-        build_model("resnet9000")
+        build_model("resnet9000", 16, 32)
 
 
 def test_checkpoint_save_is_atomic(tmp_path):
@@ -69,3 +69,25 @@ def test_checkpoint_save_is_atomic(tmp_path):
         checkpoint.load(tmp_path / "missing.pt")
     with pytest.raises(MoquadError, match="not a moquad"):
         checkpoint.load_model(path)
+
+
+def test_backbone_table_is_the_config_choices_and_imports_no_torch():
+    import subprocess
+    import sys
+    from dataclasses import fields
+
+    choices = next(f.metadata["choices"] for f in fields(PretrainConfig) if f.name == "backbone")
+    assert choices == tuple(BACKBONES) == tuple(FEAT)
+    code = ("import sys, moquad.config, moquad.models; "
+            "assert 'torch' not in sys.modules, 'torch imported'; print(sorted(moquad.models.BACKBONES))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(sorted(FEAT))
+    assert build_backbone("tiny")[1] == FEAT["tiny"]
+
+
+def test_head_sizes_come_from_the_caller():
+    with pytest.raises(TypeError):
+        build_model("tiny")  # no hidden 2048 / 128: PretrainConfig.proj_dim / proj_hidden are the one default
+    model = build_model("tiny", proj_dim=7, proj_hidden=9)
+    assert [m.out_features for m in model.head.net if isinstance(m, torch.nn.Linear)] == [9, 7]

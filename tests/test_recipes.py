@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from moquad import config as C
-from moquad.recipes import load_recipe, read_recipe_file
+from moquad.errors import MoquadError
+from moquad.recipes import RECIPE_ROOT, STAGES, find_recipe, list_recipes, load_recipe, read_recipe_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = RECIPE_ROOT  # the packaged recipes: preprocess/, train/, eval/
 TRAIN = sorted(p for p in (ROOT / "train").rglob("*.yaml") if not p.name.startswith("_") and p.stem != "cpu_demo")
 EVAL = sorted(p for p in (ROOT / "eval").glob("*.yaml") if not p.name.startswith("_") and p.stem != "cpu_demo")
 ALL = sorted(p for d in ("train", "eval", "preprocess") for p in (ROOT / d).rglob("*.yaml"))
@@ -136,3 +137,46 @@ def test_recipe_states_only_what_differs(path):
     redundant += [(f"{k}.{kk}", vv) for k, v in own.items() if isinstance(v, dict)
                   for kk, vv in v.items() if C.update(start, {k: {kk: vv}}) == start]
     assert not redundant, f"{path.name} restates defaults: {redundant}"
+
+
+def test_recipes_ship_as_package_data():
+    """Every recipe file matches a package-data glob of pyproject.toml, so a plain `pip install` has it."""
+    import fnmatch
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    globs = pyproject["tool"]["setuptools"]["package-data"]["moquad.recipes"]
+    files = [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.yaml")]
+    assert len(files) == len(ALL) > 40
+    assert [f for f in files if not any(fnmatch.fnmatch(f, g) and f.count("/") == g.count("/") for g in globs)] == []
+
+
+def test_a_recipe_by_name_by_old_path_and_by_file(tmp_path, monkeypatch):
+    want = ROOT / "train" / "ucf101_r3d18_moquad.yaml"
+    assert find_recipe("ucf101_r3d18_moquad", "train") == want  # a name, in the command's stage
+    assert find_recipe("ucf101_r3d18_moquad") == want  # unique across stages
+    assert find_recipe("train/ucf101_r3d18_moquad.yaml") == want  # the path it had at the checkout's top level
+    assert find_recipe("train/ucf101_r3d18_moquad", "eval") == want  # the stage spelled out wins
+    assert find_recipe("ablations/warmup_0", "train") == ROOT / "train" / "ablations" / "warmup_0.yaml"
+    assert find_recipe("cpu_demo", "eval") == ROOT / "eval" / "cpu_demo.yaml"
+    with pytest.raises(MoquadError, match="ambiguous.*train/cpu_demo.yaml.*eval/cpu_demo.yaml"):
+        find_recipe("cpu_demo")
+    assert load_recipe("ucf101_r3d18_moquad", stage="train") == load_recipe(want)
+    assert load_recipe("ucf101_r3d18_moquad", stage="train")["epochs"] == 800
+    monkeypatch.chdir(tmp_path)  # a file of that name in the working folder comes first
+    (tmp_path / "ucf101_r3d18_moquad").write_text("epochs: 3\n")
+    assert load_recipe("ucf101_r3d18_moquad", stage="train") == {"epochs": 3}
+    with pytest.raises(FileNotFoundError, match="moquad recipes"):
+        load_recipe("no_such_recipe", stage="train")
+
+
+def test_list_recipes():
+    listed = list_recipes()
+    assert [r["stage"] for r in listed] == sorted((r["stage"] for r in listed), key=STAGES.index)
+    got = {(r["stage"], r["name"]) for r in listed}
+    want = {(p.relative_to(ROOT).parts[0], p.relative_to(ROOT / p.relative_to(ROOT).parts[0]).with_suffix("").as_posix())
+            for p in ALL if not p.name.startswith("_")}
+    assert got == want and ("train", "ablations/warmup_0") in got
+    row = next(r for r in listed if r["name"] == "ucf101_r3d18_moquad")
+    assert row["description"] == " ".join(read_recipe_file(ROOT / "train" / "ucf101_r3d18_moquad.yaml")["description"].split())
+    assert all(r["description"] for r in listed)

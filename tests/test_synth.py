@@ -178,7 +178,7 @@ def test_directions_layout(directions_root):
     assert len(train) == 32 and len(test) == 16  # per class: 3 groups of 2 clips, group 1 is the test split
     assert all("_g01_" in r for r in test) and not any("_g01_" in r for r in train)
     # the UCF101 reader of `moquad preprocess ucf101` sees every video with its class
-    listing = list_ucf101(directions_root)
+    listing = list_ucf101(directions_root, 1)
     assert listing.classes == list(DIRECTIONS) and not listing.missing
     assert sorted((v.class_name, v.split) for v in listing.videos) == sorted(
         [(_cls(r), "train") for r in train] + [(_cls(r), "test") for r in test])

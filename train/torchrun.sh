@@ -3,9 +3,9 @@
 # (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT): NCCL on GPUs, gloo on CPU.
 #
 # One node, 8 GPUs:
-#   NPROC=8 train/torchrun.sh --data /data/shards/k400 --recipe train/k400_r3d18_moquad_dagger.yaml --out runs/k400_r3d18
+#   NPROC=8 train/torchrun.sh --data /data/shards/k400 --recipe k400_r3d18_moquad_dagger --out runs/k400_r3d18
 # Four nodes (run the same line on every node; HEAD = hostname of node 0):
-#   NNODES=4 NPROC=8 HEAD=node001 train/torchrun.sh --data /data/shards/k400 --recipe train/k400_r3d50_moquad.yaml --out runs/k400_r3d50
+#   NNODES=4 NPROC=8 HEAD=node001 train/torchrun.sh --data /data/shards/k400 --recipe k400_r3d50_moquad --out runs/k400_r3d50
 # The recipe's batch_size is GLOBAL (256 in the paper): 4 nodes x 8 GPUs -> 8 videos (32 clips) per GPU.
 set -euo pipefail
 NNODES=${NNODES:-1}

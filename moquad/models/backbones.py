@@ -1,86 +1,92 @@
-"""Video backbones. Each returns pooled features (N, D) from clips (N, 3, T, H, W).
+"""The backbone table: name -> how to build it and, for torchvision architectures, its export names.
 
-- ``tiny``: a 4-layer 3D CNN (~0.1 M params) for tests and the CPU demo.
-- ``r3d_18``, ``r2plus1d_18``, ``s3d``: torchvision architectures, random init.
-- ``r3d_50``: 3D ResNet-50 as used by CVRL (slow pathway of SlowFast R50 style).
+Adding a backbone is one entry in :data:`BACKBONES` (plus its module if it is new code): the
+config's ``backbone`` choices, ``build_backbone`` and ``moquad export`` all read this table.
+
+This module imports no torch at load time (each builder imports its network when called), so
+:mod:`moquad.config` reads the names for free: ``import moquad.config`` stays ~0.05 s where
+``import torch`` costs ~1.7 s, and every command that never builds a network (``--help``,
+``preprocess``, ``recipes``, ``info``) keeps that time.
 """
 
 from __future__ import annotations
 
-import torch
-import torchvision.models.video as tvv
-from torch import nn
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-BACKBONES = ("tiny", "r3d_18", "r2plus1d_18", "s3d", "r3d_50")
-
-
-class TinyNet(nn.Module):
-    """Small 3D CNN: enough capacity to learn motion on synthetic data, fast on 2 CPU cores."""
-
-    def __init__(self, width: int = 32):
-        super().__init__()
-
-        def block(cin: int, cout: int, stride: tuple[int, int, int]) -> nn.Sequential:
-            return nn.Sequential(
-                nn.Conv3d(cin, cout, 3, stride=stride, padding=1, bias=False),
-                nn.BatchNorm3d(cout),
-                nn.ReLU(inplace=True),
-            )
-
-        self.features = nn.Sequential(
-            block(3, width // 2, (1, 1, 1)),  # full resolution first: motions of 1-2 px stay visible
-            block(width // 2, width, (1, 2, 2)),
-            block(width, width * 2, (2, 2, 2)),
-            block(width * 2, width * 2, (2, 2, 2)),
-        )
-        self.pool = nn.AdaptiveAvgPool3d(1)
-        self.out_dim = width * 2
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.pool(self.features(x)).flatten(1)
+if TYPE_CHECKING:
+    from torch import nn
 
 
-class _TorchvisionTrunk(nn.Module):
-    """A torchvision video classifier with its final fc removed."""
+@dataclass(frozen=True)
+class TorchvisionNames:
+    """How moquad's weights of a torchvision architecture map onto ``torchvision.models.video.<name>``."""
 
-    def __init__(self, net: nn.Module, out_dim: int):
-        super().__init__()
-        net.fc = nn.Identity()
-        self.net = net
-        self.out_dim = out_dim
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+    prefix: str  # the prefix of moquad's backbone keys above torchvision's key names
+    head: tuple[str, ...]  # torchvision's classifier keys, which the export lacks
+    strip_head: str  # the code that makes the torchvision model headless, as the model card prints it
 
 
-class S3DTrunk(nn.Module):
-    """torchvision S3D without its classifier: features -> global average pool."""
+@dataclass(frozen=True)
+class Backbone:
+    """One backbone: ``build()`` returns a fresh, randomly initialised trunk with an ``out_dim``."""
 
-    def __init__(self):
-        super().__init__()
-        net = tvv.s3d(weights=None)
-        self.features = net.features
-        self.pool = nn.AdaptiveAvgPool3d(1)
-        self.out_dim = 1024
+    build: Callable[[], nn.Module]
+    description: str
+    torchvision: TorchvisionNames | None = None  # None: exported under moquad's own key names only
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.pool(self.features(x)).flatten(1)
+
+def _tiny() -> nn.Module:
+    from moquad.models.nets import TinyNet
+
+    return TinyNet()
+
+
+def _r3d_18() -> nn.Module:
+    import torchvision.models.video as tvv
+
+    from moquad.models.nets import TorchvisionTrunk
+
+    return TorchvisionTrunk(tvv.r3d_18(weights=None), 512)
+
+
+def _r2plus1d_18() -> nn.Module:
+    import torchvision.models.video as tvv
+
+    from moquad.models.nets import TorchvisionTrunk
+
+    return TorchvisionTrunk(tvv.r2plus1d_18(weights=None), 512)
+
+
+def _s3d() -> nn.Module:
+    from moquad.models.nets import S3DTrunk
+
+    return S3DTrunk()
+
+
+def _r3d_50() -> nn.Module:
+    from moquad.models.r3d50 import R3D50
+
+    return R3D50()
+
+
+_FC = TorchvisionNames("net.", ("fc.weight", "fc.bias"), "model.fc = torch.nn.Identity()")
+
+BACKBONES: dict[str, Backbone] = {
+    "tiny": Backbone(_tiny, "4-layer 3D CNN (~0.1 M parameters) for tests and the CPU demo"),
+    "r3d_18": Backbone(_r3d_18, "torchvision R3D-18", _FC),
+    "r2plus1d_18": Backbone(_r2plus1d_18, "torchvision R(2+1)D-18", _FC),
+    "s3d": Backbone(_s3d, "torchvision S3D (global average pool)", TorchvisionNames(
+        "", ("classifier.1.weight", "classifier.1.bias"),
+        "model.classifier = torch.nn.Identity(); model.avgpool = torch.nn.AdaptiveAvgPool3d(1)")),
+    "r3d_50": Backbone(_r3d_50, "CVRL's 3D ResNet-50 (moquad.models.r3d50)"),
+}
 
 
 def build_backbone(name: str) -> tuple[nn.Module, int]:
-    """Return ``(module, feature_dim)`` for a backbone name."""
-    if name == "tiny":
-        net: nn.Module = TinyNet()
-    elif name == "r3d_18":
-        net = _TorchvisionTrunk(tvv.r3d_18(weights=None), 512)
-    elif name == "r2plus1d_18":
-        net = _TorchvisionTrunk(tvv.r2plus1d_18(weights=None), 512)
-    elif name == "s3d":
-        net = S3DTrunk()
-    elif name == "r3d_50":
-        from moquad.models.r3d50 import R3D50
-
-        net = R3D50()
-    else:
+    """Return ``(module, feature_dim)`` for a backbone name of :data:`BACKBONES`."""
+    if name not in BACKBONES:
         raise ValueError(f"unknown backbone {name!r}; choose one of {', '.join(BACKBONES)}")
-    return net, net.out_dim
+    net = BACKBONES[name].build()
+    return net, int(net.out_dim)

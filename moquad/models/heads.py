@@ -7,9 +7,9 @@ from torch import nn
 
 
 class ProjectionHead(nn.Module):
-    """Linear-BN-ReLU-Linear (SimCLR v1/CVRL style)."""
+    """Linear-BN-ReLU-Linear (SimCLR v1/CVRL style); sizes from ``PretrainConfig.proj_hidden`` / ``proj_dim``."""
 
-    def __init__(self, in_dim: int, hidden: int = 2048, out_dim: int = 128):
+    def __init__(self, in_dim: int, hidden: int, out_dim: int):
         super().__init__()
         self.net = nn.Sequential(
             nn.Linear(in_dim, hidden, bias=False),

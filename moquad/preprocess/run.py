@@ -60,9 +60,9 @@ def _validate(cfg: PreprocessConfig) -> None:
 
 def list_and_split(cfg: PreprocessConfig) -> tuple[Listing, dict[str, Any]]:
     """The listing with each video's split set, and the record of how the split was made."""
-    listing = list_dataset(cfg.dataset, cfg.root, cfg.split)
+    listing = list_dataset(cfg.dataset, cfg.root, cfg.official_split)
     if cfg.split_ratios is None:
-        return listing, splits.describe(listing, cfg.dataset, cfg.split)
+        return listing, splits.describe(listing, cfg.dataset, cfg.official_split)
     return listing, splits.assign(listing, tuple(cfg.split_ratios), cfg.seed, cfg.group_by)
 
 

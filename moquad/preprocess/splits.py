@@ -25,9 +25,9 @@ from fractions import Fraction
 from typing import Any
 
 from moquad.errors import MoquadError
-from moquad.preprocess.datasets import Listing, Video
+from moquad.preprocess.listing import Listing, Video
 
-SPLIT_NAMES = {2: ("train", "test"), 3: ("train", "val", "test")}
+DRAWN_SPLITS = {2: ("train", "test"), 3: ("train", "val", "test")}  # number of --split-ratios shares -> split names
 
 
 def parse_ratios(text: str) -> tuple[float, ...]:
@@ -45,7 +45,7 @@ def check(ratios: tuple[float, ...] | None, group_by: str | None) -> None:
     """Reject ratios that are not 2 or 3 positive shares summing to 1, and a bad or orphan regex."""
     if ratios is not None:
         text = ",".join(f"{r:g}" for r in ratios)
-        if len(ratios) not in SPLIT_NAMES:
+        if len(ratios) not in DRAWN_SPLITS:
             raise ValueError(f"--split-ratios {text}: give 2 shares (train,test) or 3 (train,val,test)")
         if min(ratios) <= 0 or abs(sum(ratios) - 1) > 1e-6:
             raise ValueError(f"--split-ratios {text}: shares must be positive and sum to 1, e.g. 0.8,0.2")
@@ -115,7 +115,7 @@ def assign(listing: Listing, ratios: tuple[float, ...], seed: int, group_by: str
     if listing.split_given:
         raise ValueError("the dataset already names its splits (train/val/test sub-folders or a split column); "
                          "drop --split-ratios to use them as given, or put the class folders directly in ROOT")
-    names = SPLIT_NAMES[len(ratios)]
+    names = DRAWN_SPLITS[len(ratios)]
     shares = _exact(ratios)
     rng = random.Random(f"split-{seed}")
     videos = sorted(listing.videos, key=lambda v: v.video_id)
@@ -151,11 +151,13 @@ def assign(listing: Listing, ratios: tuple[float, ...], seed: int, group_by: str
     return record
 
 
-def describe(listing: Listing, dataset: str, split: int) -> dict[str, Any]:
+def describe(listing: Listing, dataset: str, official_split: int) -> dict[str, Any]:
     """The record of a split that was not drawn: official, given by the layout, or one ``train`` split."""
+    from moquad.preprocess.datasets import DATASETS
+
     counts = dict(sorted(Counter(v.split for v in listing.videos).items()))
-    if dataset in ("ucf101", "hmdb51"):
-        return {"method": "official", "split": split, "videos": counts}
+    if DATASETS[dataset].official_splits:
+        return {"method": "official", "official_split": official_split, "videos": counts}
     if dataset != "folder":
         return {"method": "official", "videos": counts}
     return {"method": "given" if listing.split_given else "none", "videos": counts}

@@ -1,0 +1,32 @@
+"""The pre-trained model: backbone F plus projection head H of the paper."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from moquad.models.backbones import build_backbone
+from moquad.models.heads import ProjectionHead
+
+
+class VideoModel(nn.Module):
+    """``backbone(x)``: pooled features (N, feat_dim), what evaluation uses; ``model(x)``: the projection
+    (N, proj_dim) the contrastive losses use (not normalised here: the losses normalise)."""
+
+    def __init__(self, backbone: nn.Module, feat_dim: int, proj_hidden: int, proj_dim: int):
+        super().__init__()
+        self.backbone = backbone
+        self.feat_dim = feat_dim
+        self.head = ProjectionHead(feat_dim, proj_hidden, proj_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(x))
+
+
+def build_model(name: str, proj_dim: int, proj_hidden: int) -> VideoModel:
+    """Backbone ``name`` (see ``BACKBONES``) with a fresh projection head, randomly initialised.
+
+    The head sizes have no default here: they are ``PretrainConfig.proj_dim`` / ``proj_hidden``.
+    """
+    backbone, feat_dim = build_backbone(name)
+    return VideoModel(backbone, feat_dim, proj_hidden=proj_hidden, proj_dim=proj_dim)
