@@ -98,7 +98,10 @@ def _windows(name: str, hw: tuple[int, int], size: int, frames: int, rng: np.ran
 def render_camera(name: str, footage: np.ndarray, rng: np.random.Generator, size: int, frames: int) -> np.ndarray:
     """Frames (T, size, size, 3) uint8: the class's window motion over ``frames`` consecutive source frames."""
     start = int(rng.integers(0, len(footage) - frames + 1))
-    boxes = _windows(name, footage.shape[1:3], size, frames, rng)
+    h, w = footage.shape[1:3]
+    boxes = _windows(name, (h, w), size, frames, rng)
+    boxes[:, 0] = np.clip(boxes[:, 0], 0, h - boxes[:, 2])  # float rounding at the frame's edges
+    boxes[:, 1] = np.clip(boxes[:, 1], 0, w - boxes[:, 3])
     out = np.empty((frames, size, size, 3), np.uint8)
     for i, (top, left, hh, ww) in enumerate(boxes):
         img = Image.fromarray(footage[start + i])
