@@ -116,11 +116,39 @@ def table(rows: list[dict]) -> str:
         for m in ("hit@1", "knn_top1", "linear_top1"):
             v = [100 * r[m] for r in rs]
             cells.append(f"{statistics.mean(v):.1f} ± {statistics.stdev(v) if len(v) > 1 else 0.0:.1f}")
-        ranks = [(r.get("rank_ad_pos"), r.get("rank_intra_neg")) for r in rs if r.get("rank_ad_pos") is not None]
+        ranks = [(r["rank_ad_pos"], r["rank_intra_neg"]) for r in rs if "rank_ad_pos" in r and "rank_intra_neg" in r]
         rank = (f"{statistics.mean(a for a, _ in ranks):.2f} / {statistics.mean(b for _, b in ranks):.1f}"
                 if ranks else "–")
         lines.append(f"| {fam} | {var} | {','.join(str(r['seed']) for r in rs)} | " + " | ".join(cells) + f" | {rank} |")
     return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Grouped bars: per family, each variant's mean weighted-kNN and linear top-1 (error bars: std over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    families = sorted({r["family"] for r in rows})
+    variants = [v for v in ["random", "supervised", *VARIANTS] if any(r["variant"] == v for r in rows)]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+    for ax, metric, title in zip(axes, ("knn_top1", "linear_top1"), ("weighted kNN top-1", "linear probe top-1")):
+        width = 0.8 / len(variants)
+        for j, var in enumerate(variants):
+            means, stds = [], []
+            for fam in families:
+                v = [100 * r[metric] for r in rows if (r["family"], r["variant"]) == (fam, var)]
+                means.append(statistics.mean(v) if v else 0.0)
+                stds.append(statistics.stdev(v) if len(v) > 1 else 0.0)
+            ax.bar([i + j * width for i in range(len(families))], means, width, yerr=stds, label=var, capsize=2)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(families))], families)
+        ax.axhline(25, color="grey", lw=0.8, ls="--")
+        ax.set_title(title + " (%; dashed: chance)")
+    axes[0].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -133,6 +161,7 @@ def main() -> None:
     ap.add_argument("--source", default=None, help="folder of real videos for the camera family")
     ap.add_argument("--epochs", type=int, default=None, help="default: the demo recipe's")
     ap.add_argument("--table", action="store_true", help="only print the table of finished runs")
+    ap.add_argument("--plot", default=None, help="also draw the finished runs' bars to this PNG")
     args = ap.parse_args()
     out = Path(args.out)
     path = out / "results.jsonl"
@@ -153,6 +182,8 @@ def main() -> None:
                         f.write(json.dumps(row) + "\n")
                     print(json.dumps(row), flush=True)
     print(table(load_results(path)))
+    if args.plot:
+        plot(load_results(path), Path(args.plot))
 
 
 if __name__ == "__main__":
