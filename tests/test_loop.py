@@ -386,6 +386,6 @@ def test_baseline_ladder_views_and_loss(coded_shards, method, switches, names, d
     model = build_model("tiny", proj_dim=16, proj_hidden=32).eval()
     with torch.no_grad():
         z = model(normalize(batch["views"], "cpu").flatten(0, 1)).view(4, len(names), -1)
-    got, _ = moquad_loss(z, names, hard_beta=0.01, video=batch["index"])
+    got, _ = moquad_loss(z, names, tau=0.1, hard_beta=0.01, hard_alpha=1.5, video=batch["index"])
     want, _, _ = ref_quad(z.double(), names, 0.1, 0.01, 1.5, range(4))
     assert float(got) == pytest.approx(float(want), rel=1e-5)
