@@ -68,7 +68,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
     torch.set_num_threads(1)
     info = dist.init("cpu")
     try:
-        assert info.world_size == world and dist.get_rank() == rank 
+        assert info.world_size == world and dist.get_rank() == rank
         # gather: forward values in rank order, backward sums every rank's gradient of its slice
         x = torch.full((2, 3), float(rank + 1), requires_grad=True)
         y = dist.gather(x)

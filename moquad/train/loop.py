@@ -302,7 +302,7 @@ def train_one_epoch(t: Trainer, epoch: int, keep_every_epochs: int = 0) -> None:
             save_checkpoint(t, done, epoch + 1 if end else epoch)
             if end and keep_every_epochs and (epoch + 1) % keep_every_epochs == 0:
                 save_checkpoint(t, done, epoch + 1, t.run / "checkpoints" / f"step-{done}.pt")
-        if stop:  # every rank agreed at this log step (preempt); the barrier waits for rank 0's checkpoint
+        if stop and done < t.total:  # all ranks agreed at this log step (preempt); wait for rank 0's checkpoint
             dist.barrier()
             raise preempt.preempted(done)
 
