@@ -164,3 +164,40 @@ def test_single_process_defaults(monkeypatch):
         dist.init("cpu")
     with pytest.raises(ValueError, match="device"):
         dist.pick_device("tpu")
+
+
+def _preempt_worker(rank: int, world: int, port: int, out_dir: str) -> None:
+    """Only rank 1 gets SIGUSR1 (while its step 2 batch is handed out); both ranks must stop after step 3."""
+    import signal
+    import sys
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_loop import fake_loader, make_cfg
+
+    from moquad.train import preempt
+    from moquad.train.loop import pretrain
+
+    def loader(*a, **kw):
+        for i, batch in enumerate(fake_loader(*a, **kw)):
+            if rank == 1 and kw["epoch"] * 4 + kw["start"] + i == 2:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            yield batch
+
+    try:
+        pretrain(make_cfg(os.path.join(out_dir, "run")), loader_fn=loader, tensorboard=False, progress=False)
+        torch.save({"step": None}, os.path.join(out_dir, f"stop{rank}.pt"))
+    except preempt.Preempted as e:
+        torch.save({"step": e.step, "code": e.code}, os.path.join(out_dir, f"stop{rank}.pt"))
+
+
+def test_two_ranks_stop_at_the_same_step_when_one_is_signalled(tmp_path, monkeypatch):
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    mp.spawn(_preempt_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    from moquad.train.checkpoint import load
+
+    assert [torch.load(tmp_path / f"stop{r}.pt") for r in range(2)] == [{"step": 3, "code": 75}] * 2
+    assert load(tmp_path / "run" / "checkpoints" / "last.pt")["step"] == 3
