@@ -16,13 +16,14 @@ from moquad import config as C
 from moquad.cli_common import (
     _PRINT,
     _SET,
+    OneLineTyper,
     _friendly,
     _need_dir,
     _printed,
     global_options,
 )
 
-app = typer.Typer(
+app = OneLineTyper(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,

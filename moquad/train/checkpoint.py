@@ -62,8 +62,8 @@ def save(ckpt: dict[str, Any], path: str | Path, resume_hint: str = "re-run with
     except RuntimeError as e:
         if not any(m in str(e) for m in _TORCH_WRITE_FAILED):
             raise
-        raise MoquadError(f"could not finish writing {path} (disk full? {free_mb(path):.0f} MB free; torch: "
-                          f"{str(e).splitlines()[0][:100]}); the previous checkpoint is intact; free space and "
+        raise MoquadError(f"could not write {path}: the disk is full or failing ({free_mb(path):.0f} MB free; torch: "
+                          f"{' '.join(str(e).split())[:80]}); the previous checkpoint is intact; free space and "
                           f"{resume_hint}") from e
 
 
