@@ -201,3 +201,19 @@ def test_two_ranks_stop_at_the_same_step_when_one_is_signalled(tmp_path, monkeyp
 
     assert [torch.load(tmp_path / f"stop{r}.pt") for r in range(2)] == [{"step": 3, "code": 75}] * 2
     assert load(tmp_path / "run" / "checkpoints" / "last.pt")["step"] == 3
+
+
+@pytest.mark.parametrize("setting, world, in_group, device, on, says", [
+    (None, 1, False, "cpu", False, ""),  # one process: nothing to synchronise, nothing said
+    (None, 2, True, "cuda", True, "SyncBatchNorm on (the default for 2 processes and a BatchNorm backbone)"),
+    (None, 8, True, "cpu", False, "SyncBatchNorm off (the default for 8 processes and a BatchNorm backbone; it needs"),
+    (False, 2, True, "cuda", False, ""),  # an explicit setting wins
+    (True, 1, True, "cuda", True, "SyncBatchNorm on (sync_bn set)"),
+])
+def test_sync_bn_default_on_for_several_processes_with_batchnorm(monkeypatch, setting, world, in_group, device, on,
+                                                                 says):
+    monkeypatch.setattr(dist, "is_dist", lambda: in_group)
+    bn = torch.nn.Sequential(torch.nn.Conv3d(3, 4, 1), torch.nn.BatchNorm3d(4))
+    got, line = dist.sync_bn(setting, bn, world, torch.device(device))
+    assert got is on and line.startswith(says) and bool(line) == bool(says)
+    assert dist.sync_bn(setting, torch.nn.Linear(3, 4), world, torch.device(device)) == (False, "")  # no BN: off
