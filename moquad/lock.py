@@ -46,9 +46,11 @@ def hold(folder: str | Path, command: str, part: int | None = None) -> Iterator[
     """Hold the writer lock of ``folder`` for ``moquad COMMAND`` (refuse with a MoquadError if it is held)."""
     folder = Path(folder).expanduser()
     path = folder / lock_name(command, part)
+    created = not folder.exists()
     with disk_errors(path):
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    held = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -56,12 +58,22 @@ def hold(folder: str | Path, command: str, part: int | None = None) -> Iterator[
             what = f"`moquad {command}`" + (f" part {part}" if part is not None else "")
             raise MoquadError(f"{folder} is being written by another {what} ({_holder(path)}); wait for it to "
                               "finish or choose another --out") from None
+        held = True
         info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "since": time.time()}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
         yield path
     finally:
+        if held and created:
+            _tidy(folder, path)
         os.close(fd)  # releases the lock
+
+
+def _tidy(folder: Path, path: Path) -> None:
+    """Remove the folder the lock created if nothing but the lock file went into it (a run that failed at once)."""
+    if [p.name for p in folder.iterdir()] == [path.name]:
+        path.unlink(missing_ok=True)
+        folder.rmdir()
 
 
 def exclusive(command: str) -> Callable[[F], F]:

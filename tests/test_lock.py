@@ -76,3 +76,13 @@ def test_two_preprocess_into_one_out_but_parts_may_run_side_by_side(synth_root, 
     finally:
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
+
+
+def test_a_folder_the_lock_created_goes_when_nothing_was_written(tmp_path):
+    with pytest.raises(ValueError):
+        with hold(tmp_path / "new", "pretrain"):
+            raise ValueError("bad settings, found before anything was written")
+    assert not (tmp_path / "new").exists()  # a refused run leaves nothing behind
+    with hold(tmp_path / "kept", "pretrain"):
+        (tmp_path / "kept" / "config.yaml").write_text("x")
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == [".moquad-pretrain.lock", "config.yaml"]
