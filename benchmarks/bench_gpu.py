@@ -118,7 +118,7 @@ def time_step(size: int, batch: int, views: int, channels_last: bool, steps: int
     for i in range(steps + 3):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        loss, _ = forward_loss(model, x, names, "moquad", hard_beta=0.01, video=video)
+        loss, _ = forward_loss(model, x, names, "moquad", tau=0.1, hard_beta=0.01, hard_alpha=1.5, video=video)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -36,7 +36,7 @@ def _step(model, opt, x, mode: str, device: str) -> float:
     if device == "cuda":
         torch.cuda.synchronize()
     t = time.perf_counter()
-    loss, _ = forward_loss(model, x, names, "moquad", hard_beta=0.01, hard_alpha=1.5)  # simclr: the ladder's base
+    loss, _ = forward_loss(model, x, names, "moquad", tau=0.1, hard_beta=0.01, hard_alpha=1.5)  # simclr: the ladder's base
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -67,7 +67,7 @@ def time_loss(batch: int, mode: str, repeats: int, device: str, dim: int = 128) 
     out = []
     for _ in range(repeats + 1):
         t = time.perf_counter()
-        loss = moquad_loss(z, QUAD if mode == "moquad" else QUAD[:2], hard_beta=0.01)[0]
+        loss = moquad_loss(z, QUAD if mode == "moquad" else QUAD[:2], tau=0.1, hard_beta=0.01, hard_alpha=1.5)[0]
         loss.backward()
         if device == "cuda":
             torch.cuda.synchronize()

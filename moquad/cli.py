@@ -16,6 +16,7 @@ from moquad import config as C
 from moquad.cli_common import (
     _PRINT,
     _SET,
+    OneLineTyper,
     _cfg_help,
     _default_of,
     _friendly,
@@ -28,7 +29,7 @@ from moquad.preprocess.datasets import DATASETS
 from moquad.quickstart import quickstart as run_quickstart
 from moquad.synth import make_synth
 
-app = typer.Typer(
+app = OneLineTyper(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,

@@ -5,7 +5,8 @@ Names start with ``_`` as they did inside ``moquad.cli``: they are the CLI's own
 The policy itself (which failures are expected, how they are worded) is :mod:`moquad.errors`;
 :func:`_friendly` applies it at the command boundary: an expected failure prints ONE ``error:``
 line and exits with code 2, a bug keeps its traceback. ``moquad --debug`` or ``MOQUAD_DEBUG=1``
-prints the traceback of the one-line failures too.
+prints the traceback of the one-line failures too. :class:`OneLineTyper` does the same for usage errors
+that Click finds before a command runs (``--epochs three``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 import functools
 import inspect
 import os
+import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -53,6 +55,35 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+class OneLineTyper(typer.Typer):
+    """The ``moquad`` app: command-line usage errors (``--epochs three``, an unknown option, a missing one) print
+    ONE ``error:`` line and exit 2, like every other expected failure, instead of Typer's boxed panel."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("standalone_mode", True) is False:
+            return super().__call__(*args, **kwargs)
+        try:
+            rv = super().__call__(*args, **{**kwargs, "standalone_mode": False})
+        except typer.TyperException as e:  # Click's usage errors (Typer vendors Click)
+            if type(e).__name__ == "NoArgsIsHelpError":  # bare `moquad`: the help, as before
+                e.show()
+                sys.exit(e.exit_code)
+            typer.echo(f"error: {usage_line(e)}", err=True)
+            sys.exit(2)
+        except typer.Abort:
+            typer.echo("aborted", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def usage_line(e: typer.TyperException) -> str:
+    """Click's message on one line, with where to look: ``Invalid value for '--epochs': 'three' is not a valid
+    integer (see `moquad pretrain --help`)``."""
+    text = " ".join(e.format_message().split()).rstrip(".")
+    ctx = getattr(e, "ctx", None)
+    return f"{text} (see `{ctx.command_path} --help`)" if ctx is not None else text
 
 
 _SET = typer.Option(

@@ -113,7 +113,9 @@ class LoaderConfig:
     augment_on_device: bool = False  # workers only decode; crop/flip/colour/RAD run on the accelerator
     decode_on_device: bool = False  # workers only read; JPEG decoding (nvJPEG) and augmentation on the GPU
     verify_checksums: bool = True  # the xxh3 (else sha256) of every sample's payload checked on read
-    max_bad_fraction: float = rule(0.01, ge=0, le=1)  # stop when more of an epoch's samples are unreadable
+    # the bad-sample rule: a run stops only when an epoch's unreadable samples exceed BOTH limits
+    max_bad_fraction: float = rule(0.01, ge=0, le=1)  # ... this share of the epoch's samples
+    max_bad_count: int = rule(10, ge=0)  # ... and this many (one bad video never stops a small split)
     workers: int = rule(2, ge=0)  # DataLoader worker processes per rank
     seed: int = rule(0, ge=0)
 
@@ -142,7 +144,7 @@ class PretrainConfig:
     warmup_ratio: float = rule(0.2, ge=0, le=1)  # p: share of epochs trained with the appearance task (Eq. 3)
     hard_beta: float = rule(0.01, ge=0, le=1)  # Eq. 4: share of inter negatives treated as hard (0 disables)
     hard_alpha: float = rule(1.5, gt=0)  # Eq. 4: weight of hard inter and intra negatives
-    sync_bn: bool = False
+    sync_bn: bool | None = None  # None: on when world size > 1 and the backbone has BatchNorm (logged)
     steps_per_epoch: int | None = rule(None, ge=1)  # None: videos in the split // global batch
     ckpt_every: int = rule(500, ge=1)  # steps
     log_every: int = rule(1, ge=1)

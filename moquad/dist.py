@@ -9,11 +9,15 @@ rank that produced each slice: contrastive losses need every rank's projections 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from moquad.errors import MoquadError
 
 
 @dataclass(frozen=True)
@@ -82,11 +86,6 @@ def get_world_size() -> int:
     return dist.get_world_size() if is_dist() else 1
 
 
-def is_main() -> bool:
-    """True on global rank 0 (the process that logs and writes checkpoints)."""
-    return get_rank() == 0
-
-
 def barrier() -> None:
     if is_dist():
         dist.barrier()
@@ -137,6 +136,38 @@ def all_reduce(x: torch.Tensor, op: str = "sum") -> torch.Tensor:
     x = x.detach().clone()
     dist.all_reduce(x, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
     return x / dist.get_world_size() if op == "mean" else x
+
+
+@contextmanager
+def on_main(cm: AbstractContextManager, device: torch.device) -> Iterator[None]:
+    """Enter ``cm`` on rank 0 only (e.g. the writer lock); if it raises there, every rank raises (none hangs)."""
+    with ExitStack() as stack:
+        failed: Exception | None = None
+        if get_rank() == 0:
+            try:
+                stack.enter_context(cm)
+            except Exception as e:  # re-raised below, after the other ranks know
+                failed = e
+        flag = all_reduce(torch.tensor([float(failed is not None)], device=device), "max")
+        if failed is not None:
+            raise failed
+        if float(flag[0]):
+            raise MoquadError("rank 0 could not start this run; its error line says why")
+        yield
+
+
+def sync_bn(setting: bool | None, model: torch.nn.Module, world: int, device: torch.device) -> tuple[bool, str]:
+    """(use SyncBatchNorm?, the line saying so or ''): ``setting`` when given, else on as soon as world size > 1
+    and the model has BatchNorm (per-rank BN statistics tell a rank's clips apart: SimCLR's BN leakage).
+    It needs GPU processes in a group (NCCL)."""
+    has_bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    want = has_bn and (setting if setting is not None else world > 1)
+    if not want:
+        return False, ""
+    on = is_dist() and device.type == "cuda"
+    why = "sync_bn set" if setting is not None else f"the default for {world} processes and a BatchNorm backbone"
+    note = "" if on else "; it needs GPU processes under torchrun, so each process keeps its own BatchNorm"
+    return on, f"SyncBatchNorm {'on' if on else 'off'} ({why}{note})"
 
 
 def my_rows(n: int) -> list[int]:

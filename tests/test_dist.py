@@ -48,7 +48,7 @@ def _grads(model, views, out, video):
     ):
         model.zero_grad()
         loss, stats = forward_loss(
-            model, v, NAMES if mode == "moquad" else ("anchor", "pos"), mode, hard_beta=beta, video=video
+            model, v, NAMES if mode == "moquad" else ("anchor", "pos"), mode, tau=0.1, hard_beta=beta, hard_alpha=1.5, video=video
         )
         loss.backward()
         core = model.module if hasattr(model, "module") else model
@@ -68,7 +68,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
     torch.set_num_threads(1)
     info = dist.init("cpu")
     try:
-        assert info.world_size == world and dist.get_rank() == rank and dist.is_main() == (rank == 0)
+        assert info.world_size == world and dist.get_rank() == rank
         # gather: forward values in rank order, backward sums every rank's gradient of its slice
         x = torch.full((2, 3), float(rank + 1), requires_grad=True)
         y = dist.gather(x)
@@ -154,7 +154,7 @@ def test_single_process_defaults(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     info = dist.init("cpu")
     assert (info.rank, info.world_size, info.device.type) == (0, 1, "cpu")
-    assert dist.is_main() and not dist.is_dist()
+    assert dist.get_rank() == 0 and not dist.is_dist()
     x = torch.randn(3, 2)
     assert dist.gather(x) is x
     dist.barrier()
@@ -164,3 +164,56 @@ def test_single_process_defaults(monkeypatch):
         dist.init("cpu")
     with pytest.raises(ValueError, match="device"):
         dist.pick_device("tpu")
+
+
+def _preempt_worker(rank: int, world: int, port: int, out_dir: str) -> None:
+    """Only rank 1 gets SIGUSR1 (while its step 2 batch is handed out); both ranks must stop after step 3."""
+    import signal
+    import sys
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_loop import fake_loader, make_cfg
+
+    from moquad.train import preempt
+    from moquad.train.loop import pretrain
+
+    def loader(*a, **kw):
+        for i, batch in enumerate(fake_loader(*a, **kw)):
+            if rank == 1 and kw["epoch"] * 4 + kw["start"] + i == 2:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            yield batch
+
+    try:
+        pretrain(make_cfg(os.path.join(out_dir, "run")), loader_fn=loader, tensorboard=False, progress=False)
+        torch.save({"step": None}, os.path.join(out_dir, f"stop{rank}.pt"))
+    except preempt.Preempted as e:
+        torch.save({"step": e.step, "code": e.code}, os.path.join(out_dir, f"stop{rank}.pt"))
+
+
+def test_two_ranks_stop_at_the_same_step_when_one_is_signalled(tmp_path, monkeypatch):
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    mp.spawn(_preempt_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    from moquad.train.checkpoint import load
+
+    assert [torch.load(tmp_path / f"stop{r}.pt") for r in range(2)] == [{"step": 3, "code": 75}] * 2
+    assert load(tmp_path / "run" / "checkpoints" / "last.pt")["step"] == 3
+
+
+@pytest.mark.parametrize("setting, world, in_group, device, on, says", [
+    (None, 1, False, "cpu", False, ""),  # one process: nothing to synchronise, nothing said
+    (None, 2, True, "cuda", True, "SyncBatchNorm on (the default for 2 processes and a BatchNorm backbone)"),
+    (None, 8, True, "cpu", False, "SyncBatchNorm off (the default for 8 processes and a BatchNorm backbone; it needs"),
+    (False, 2, True, "cuda", False, ""),  # an explicit setting wins
+    (True, 1, True, "cuda", True, "SyncBatchNorm on (sync_bn set)"),
+])
+def test_sync_bn_default_on_for_several_processes_with_batchnorm(monkeypatch, setting, world, in_group, device, on,
+                                                                 says):
+    monkeypatch.setattr(dist, "is_dist", lambda: in_group)
+    bn = torch.nn.Sequential(torch.nn.Conv3d(3, 4, 1), torch.nn.BatchNorm3d(4))
+    got, line = dist.sync_bn(setting, bn, world, torch.device(device))
+    assert got is on and line.startswith(says) and bool(line) == bool(says)
+    assert dist.sync_bn(setting, torch.nn.Linear(3, 4), world, torch.device(device)) == (False, "")  # no BN: off

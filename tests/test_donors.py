@@ -41,9 +41,46 @@ def _pool(videos, shards) -> DonorPool:
 def test_picker_prefers_other_shards_and_never_the_own_video():
     rng = np.random.default_rng(0)
     pool = _pool([0, 1, 2, 3, 4], [0, 0, 1, 1, 2])
-    chosen, ids = pool.picker(video=1, shard=0)(200, rng)
-    assert set(chosen.tolist()) == {2, 3, 4} and len(ids) == 200  # other shards only
+    chosen, ids = pool.picker(video=1, shard=0)(3, rng)
+    assert sorted(chosen.tolist()) == [2, 3, 4] and ids == [f"v{c}" for c in chosen]  # distinct, other shards
+    chosen, ids = pool.picker(video=1, shard=0)(4, rng)
+    assert sorted(chosen.tolist()) == [0, 2, 3, 4]  # then other videos of its shard, never its own
+    chosen, _ = pool.picker(video=1, shard=0)(200, rng)
+    assert set(chosen.tolist()) == {0, 2, 3, 4} and len(chosen) == 200  # a small pool repeats donors
     chosen, _ = _pool([0, 1, 2], [0, 0, 0]).picker(video=1, shard=0)(100, rng)
     assert set(chosen.tolist()) == {0, 2}  # one shard: any other video
     with pytest.raises(MoquadError, match="rad_intra"):
         _pool([1], [0]).picker(video=1, shard=0)
+
+
+@pytest.fixture(scope="module")
+def solid(tmp_path_factory):
+    """24 videos of one flat colour each (coded_video: R = 20 + 10 * video), 6 shards."""
+    return coded_dataset(tmp_path_factory.mktemp("solid"), num_videos=24, num_frames=8, videos_per_shard=4)
+
+
+@pytest.mark.parametrize("k, per_rank, world", [(5, 1, 4), (3, 1, 8), (5, 2, 2), (5, 4, 1)])
+def test_a_mosaic_holds_k2_distinct_videos_whatever_the_per_rank_batch(solid, k, per_rank, world):
+    """Counted from pixels: with lambda = 1 and no crop / colour / flip an AD view IS the mosaic D; each k x k
+    window's centre pixel names its donor video. Needed: min(k*k, videos - 1) distinct videos, none the own."""
+    from moquad.config import LoaderConfig
+    from moquad.data.pipeline import make_loader
+
+    size = 40 if k == 5 else 30
+    cfg = LoaderConfig(frames=4, size=size, rad_k=k, rad_lambda=(1.0, 1.0), crop_scale=(1.0, 1.0), flip=False,
+                       color_jitter=0.0, grayscale=0.0, workers=0)
+    need, c = min(k * k, 24 - 1), size // k
+    seen = 0
+    for rank in range(min(world, 2)):
+        for batch in make_loader(solid, cfg, batch_size=per_rank, world_size=world, rank=rank):
+            views = batch["views"]  # (B, V, 3, T, S, S) uint8
+            for b, own in enumerate(batch["index"].tolist()):
+                for v, name in enumerate(batch["view_names"]):
+                    if not name.startswith("ad_"):
+                        continue
+                    centres = views[b, v, :, 0, c // 2 :: c, c // 2 :: c].reshape(3, -1).T.numpy()
+                    donors = {decode_code(p)[0] for p in centres}
+                    assert own not in donors and donors <= set(range(24))
+                    assert len(donors) >= need, (len(donors), need)
+                    seen += 1
+    assert seen >= 4

@@ -177,23 +177,30 @@ FULL_DISK_ON_SECOND_SAVE = """
         calls.append(1)
         if len(calls) >= 2:
             f.write(b"half a checkpoint")
-            raise OSError(errno.ENOSPC, "No space left on device")
+            raise {error}
         return real(obj, f, *args, **kwargs)
     torch.save = save
 """
+# what torch's zip writer raises when the disk fills (not an OSError)
+TORCH_FULL = 'RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 4416 vs 4308")'
 
 
-def test_pretrain_onto_a_full_disk(shards, tmp_path):
+@pytest.mark.parametrize("error, start", [
+    ('OSError(errno.ENOSPC, "No space left on device")', "error: no space left on device while writing {last} ("),
+    (TORCH_FULL, "error: could not write {last}: the disk is full or failing ("),
+])
+def test_pretrain_onto_a_full_disk(shards, tmp_path, error, start):
     run = tmp_path / "run"
     stale = run / "checkpoints" / ".last.pt.tmp.4242"  # left by an earlier write that a full disk interrupted
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"x" * 1000)
     result = moquad("pretrain", "--data", shards, "--out", run, "--epochs", 2, "--ckpt-every", 1, *TINY,
-                    driver=FULL_DISK_ON_SECOND_SAVE)
+                    driver=FULL_DISK_ON_SECOND_SAVE.replace("{error}", error))
     msg = one_line(result)
     last = run / "checkpoints" / "last.pt"
-    assert msg.startswith(f"error: no space left on device while writing {last} (")
-    assert msg.endswith("MB free); free space and re-run with --resume to continue")
+    assert msg.startswith(start.format(last=last))
+    assert "MB free" in msg and msg.endswith("free space and re-run with --resume to continue")
+    assert "torch" not in msg or "unexpected pos 4416" in msg  # torch's own words, shortened to one line
     assert checkpoint.load(last)["step"] == 1  # the checkpoint before the failed write, intact
     assert sorted(p.name for p in last.parent.iterdir()) == ["last.pt"]  # no temp file, old or new
 
@@ -279,3 +286,15 @@ def test_debug_shows_the_traceback_of_one_line_errors(tmp_path):
                    moquad("pretrain", "--data", tmp_path, "--set", "epochs=three", env={"MOQUAD_DEBUG": "1"})):
         assert result.returncode == 2 and "Traceback" in result.stderr
         assert result.stderr.rstrip().splitlines()[-1] == plain.stderr.strip()
+
+
+@pytest.mark.parametrize("args, text", [
+    (["pretrain", "--data", ".", "--epochs", "three"], "error: Invalid value for '--epochs': "),
+    (["pretrain", "--data", ".", "--no-such-flag"], "error: No such option: --no-such-flag"),
+    (["pretrain"], "error: Missing option '--data'"),
+    (["pretrian"], "error: No such command 'pretrian'"),
+])
+def test_usage_errors_are_one_line(args, text):
+    """Errors Click finds before a command runs (a typed flag, an unknown option) follow the same policy."""
+    msg = one_line(moquad(*args))
+    assert msg.startswith(text) and msg.endswith("--help`)"), msg

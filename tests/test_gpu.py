@@ -43,7 +43,8 @@ def test_bf16_autocast_losses_match_fp32():
         z32 = model(x).float().view(8, 4, -1)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             z16 = model(x).float().view(8, 4, -1)
-    for fn in (lambda z: moquad_loss(z, QUAD, hard_beta=0.1)[0], lambda z: nt_xent_loss(z[:, :2])[0]):
+    for fn in (lambda z: moquad_loss(z, QUAD, tau=0.1, hard_beta=0.1, hard_alpha=1.5)[0],
+               lambda z: nt_xent_loss(z[:, :2], tau=0.1)[0]):
         a, b = float(fn(z32)), float(fn(z16))
         assert abs(a - b) <= 2e-2 * abs(a), (a, b)
     assert float((z16 - z32).norm() / z32.norm()) < 2e-2
@@ -84,7 +85,7 @@ def test_r3d18_training_step_in_bf16(channels_last):
     opt = make_optimizer(model, "lars", 0.1, 1e-6)
     views = torch.randn(8, 4, 3, 16, 112, 112, device=CUDA)
     before = [p.detach().clone() for p in model.parameters()]
-    loss, stats = forward_loss(model, views, QUAD, "moquad", hard_beta=0.01, video=torch.arange(8, device=CUDA))
+    loss, stats = forward_loss(model, views, QUAD, "moquad", tau=0.1, hard_beta=0.01, hard_alpha=1.5, video=torch.arange(8, device=CUDA))
     loss.backward()
     opt.step()
     assert torch.isfinite(loss) and 0 < float(loss) < 20

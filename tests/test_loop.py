@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -311,16 +312,23 @@ def test_a_damaged_sample_is_skipped_logged_and_the_run_finishes(coded_shards, t
     data = tmp_path / "data"
     shutil.copytree(coded_shards, data)
     _damage(data, "v06")
-    loop.pretrain(_real_cfg(tmp_path / "r", data, max_bad_fraction=0.2), tensorboard=False, progress=False)
+    # the defaults: 1 bad video of 16 is 1/16 > max_bad_fraction (1 %) but not > max_bad_count (10): the run goes on
+    loop.pretrain(_real_cfg(tmp_path / "r", data), tensorboard=False, progress=False)
     lines = [json.loads(x) for x in (tmp_path / "r" / "bad_samples.jsonl").read_text().splitlines()]
     assert {x["video_id"] for x in lines} == {"v06"} and all(x["reason"] == "checksum mismatch" for x in lines)
     assert load(tmp_path / "r" / "checkpoints" / "last.pt")["step"] == 8  # every step ran, batches stayed full
     recs = read_log(tmp_path / "r" / "log.jsonl")
     assert recs[-1]["bad_samples"] == sum(x["epoch"] == 1 for x in lines)
+    from moquad import config as C
     from moquad.errors import MoquadError
 
-    with pytest.raises(MoquadError, match=r"unreadable, more than --max-bad-fraction 0.01"):
-        loop.pretrain(_real_cfg(tmp_path / "s", data), tensorboard=False, progress=False)
+    with pytest.raises(MoquadError, match=r"unreadable, more than loader.max_bad_fraction=0.01 of them and more "
+                                          r"than loader.max_bad_count=0; ") as e:
+        loop.pretrain(_real_cfg(tmp_path / "s", data, max_bad_count=0), tensorboard=False, progress=False)
+    keys = re.findall(r"--set ([\w.]+)=", str(e.value)) + re.findall(r"(loader\.max_bad_\w+)=", str(e.value))
+    assert keys and C.resolve(C.PretrainConfig(), None, {}, [f"{k}=1" for k in keys])  # the named keys exist
+    # the count exceeded but not the fraction: the run goes on (the defaults above: the fraction, not the count)
+    loop.pretrain(_real_cfg(tmp_path / "t", data, max_bad_count=0, max_bad_fraction=0.5), tensorboard=False, progress=False)
 
 
 def test_resume_deep_into_an_epoch_does_not_read_the_batches_before(coded_shards, tmp_path, monkeypatch):
@@ -386,6 +394,7 @@ def test_baseline_ladder_views_and_loss(coded_shards, method, switches, names, d
     model = build_model("tiny", proj_dim=16, proj_hidden=32).eval()
     with torch.no_grad():
         z = model(normalize(batch["views"], "cpu").flatten(0, 1)).view(4, len(names), -1)
-    got, _ = moquad_loss(z, names, hard_beta=0.01, video=batch["index"])
+    got, _ = moquad_loss(z, names, tau=0.1, hard_beta=0.01, hard_alpha=1.5, video=batch["index"])
     want, _, _ = ref_quad(z.double(), names, 0.1, 0.01, 1.5, range(4))
     assert float(got) == pytest.approx(float(want), rel=1e-5)
+

@@ -85,7 +85,7 @@ def test_moquad_loss_global_batch_slice():
     torch.manual_seed(1)
     zg = torch.randn(6, 4, 8, dtype=torch.float64)
     loss, stats = moquad_loss(
-        zg[2:4].float(), QUAD, z_global=zg.float(), offset=2, hard_beta=0.1, hard_alpha=1.5
+        zg[2:4].float(), QUAD, z_global=zg.float(), offset=2, tau=0.1, hard_beta=0.1, hard_alpha=1.5
     )
     want, r_pos, _ = ref_quad(zg, QUAD, 0.1, 0.1, 1.5, [2, 3])
     assert float(loss) == pytest.approx(float(want), rel=1e-5)
@@ -95,9 +95,9 @@ def test_moquad_loss_global_batch_slice():
 def test_mining_off_cases_equal_eq1():
     torch.manual_seed(2)
     z = torch.randn(4, 4, 16)
-    eq1, _ = moquad_loss(z, QUAD, hard_beta=0.0)
-    alpha1, _ = moquad_loss(z, QUAD, hard_beta=0.5, hard_alpha=1.0)
-    mined, _ = moquad_loss(z, QUAD, hard_beta=0.5, hard_alpha=1.5)
+    eq1, _ = moquad_loss(z, QUAD, tau=0.1, hard_beta=0.0, hard_alpha=1.5)
+    alpha1, _ = moquad_loss(z, QUAD, tau=0.1, hard_beta=0.5, hard_alpha=1.0)
+    mined, _ = moquad_loss(z, QUAD, tau=0.1, hard_beta=0.5, hard_alpha=1.5)
     assert float(alpha1) == pytest.approx(float(eq1), rel=1e-6)
     assert float(mined) > float(eq1)  # up-weighting negatives can only raise the loss
 
@@ -162,16 +162,16 @@ def test_nt_xent_matches_loop_and_library():
 def test_nt_xent_global_slice():
     torch.manual_seed(5)
     zg = torch.randn(4, 2, 8)
-    full, _ = nt_xent_loss(zg)
-    a, _ = nt_xent_loss(zg[:2], z_global=zg, offset=0)
-    b, _ = nt_xent_loss(zg[2:], z_global=zg, offset=2)
+    full, _ = nt_xent_loss(zg, tau=0.1)
+    a, _ = nt_xent_loss(zg[:2], z_global=zg, offset=0, tau=0.1)
+    b, _ = nt_xent_loss(zg[2:], z_global=zg, offset=2, tau=0.1)
     assert float((a + b) / 2) == pytest.approx(float(full), rel=1e-5)
 
 
 def test_ranks_when_positive_is_nearest():
     z = torch.randn(3, 4, 8)
     z[:, 1] = z[:, 0]  # AD-Pos identical to the anchor -> rank 1
-    _, stats = moquad_loss(z, QUAD)
+    _, stats = moquad_loss(z, QUAD, tau=0.1, hard_beta=0.0, hard_alpha=1.5)
     assert stats["rank_pos"] == 1.0
     assert stats["rank_intra_neg"] >= 2.0
 
@@ -184,9 +184,9 @@ def test_view_roles_and_errors():
     with pytest.raises(ValueError, match="positive"):
         view_roles(("anchor", "intra_neg"))
     with pytest.raises(ValueError, match=r"\(B, 4, D\)"):
-        moquad_loss(torch.randn(2, 3, 4), QUAD)
+        moquad_loss(torch.randn(2, 3, 4), QUAD, tau=0.1, hard_beta=0.0, hard_alpha=1.5)
     with pytest.raises(ValueError):
-        nt_xent_loss(torch.randn(2, 4, 4))
+        nt_xent_loss(torch.randn(2, 4, 4), tau=0.1)
 
 
 DUP = [0, 1, 2, 1, 3]  # manifest indices of a batch in which video 1 appears twice
@@ -198,14 +198,14 @@ def test_same_video_is_never_an_inter_negative(beta):
     torch.manual_seed(6)
     z = torch.randn(5, 4, 8, dtype=torch.float64)
     video = torch.tensor(DUP)
-    got, g_got = _grad(lambda x: moquad_loss(x.float(), QUAD, hard_beta=beta, video=video), z)
+    got, g_got = _grad(lambda x: moquad_loss(x.float(), QUAD, tau=0.1, hard_beta=beta, hard_alpha=1.5, video=video), z)
     want, g_want = _grad(lambda x: ref_quad(x, QUAD, 0.1, beta, 1.5, range(5), DUP)[0], z)
     assert float(got) == pytest.approx(float(want), rel=1e-5)
     torch.testing.assert_close(g_got, g_want, atol=1e-5, rtol=1e-4)
-    plain, _ = moquad_loss(z.float(), QUAD, hard_beta=beta)
+    plain, _ = moquad_loss(z.float(), QUAD, tau=0.1, hard_beta=beta, hard_alpha=1.5)
     assert float(plain) != pytest.approx(float(got), rel=1e-4)  # the mask changes the value
     # a rank's slice against the gathered batch masks the same way
-    part, _ = moquad_loss(z[1:3].float(), QUAD, z_global=z.float(), offset=1, hard_beta=beta,
+    part, _ = moquad_loss(z[1:3].float(), QUAD, z_global=z.float(), offset=1, tau=0.1, hard_beta=beta, hard_alpha=1.5,
                           video=video[1:3], video_global=video)
     want_part = ref_quad(z, QUAD, 0.1, beta, 1.5, [1, 2], DUP)[0]
     assert float(part) == pytest.approx(float(want_part), rel=1e-5)

@@ -26,7 +26,7 @@ def test_backbone_step_and_roundtrip(name, tmp_path):
     assert z.shape == (8, 16)
     opt = LARS(param_groups(model, 1e-6), lr=0.1, weight_decay=1e-6)
     before = [p.detach().clone() for p in model.parameters()]
-    loss, _ = moquad_loss(z.reshape(2, 4, 16))
+    loss, _ = moquad_loss(z.reshape(2, 4, 16), tau=0.1, hard_beta=0.0, hard_alpha=1.5)
     loss.backward()
     opt.step()
     assert torch.isfinite(loss)

@@ -118,3 +118,40 @@ def test_truncated_matroska_without_frame_count_is_caught_by_duration(real_video
     cut.write_bytes((real_videos_dir / "flipping_a_pancake.mkv").read_bytes()[:150_000])
     with pytest.raises(VideoError, match="^truncated"):
         transcode(cut, short_side=32)
+
+
+def _clip(path, frames: int):
+    subprocess.run([ffmpeg_exe(), "-y", "-v", "error", "-nostdin", "-f", "lavfi", "-i", "testsrc=s=32x24:r=25:d=1",
+                    "-frames:v", str(frames), "-c:v", "mpeg4", str(path)], check=True)
+    return path
+
+
+def test_videos_under_the_minimum_length_are_rejected(tmp_path):
+    """A one-frame video would make anchor = Intra-Neg = AD-Intra-Neg: rejected, with its own reason."""
+    from test_preprocess_layouts import pyav_count
+
+    from moquad.preprocess.transcode import MIN_FRAMES
+
+    one, two = _clip(tmp_path / "one.avi", 1), _clip(tmp_path / "two.avi", 2)
+    assert (pyav_count(str(one)), pyav_count(str(two)), MIN_FRAMES) == (1, 2, 2)  # the reference decoder agrees
+    with pytest.raises(VideoError, match=r"^too short: 1 frame\(s\), fewer than the 2 a training clip needs"):
+        transcode(one, short_side=16)
+    assert transcode(two, short_side=16).num_frames == 2
+
+
+def test_preprocess_puts_short_videos_into_errors_parquet(tmp_path):
+    from moquad.config import PreprocessConfig
+    from moquad.preprocess.manifest import read_errors
+    from moquad.preprocess.run import preprocess
+
+    root = tmp_path / "ds"
+    for cls in ("a", "b"):
+        (root / cls).mkdir(parents=True)
+        _clip(root / cls / f"{cls}1.avi", 6)
+        _clip(root / cls / f"{cls}2.avi", 5)
+    _clip(root / "a" / "single.avi", 1)
+    summary = preprocess(PreprocessConfig(dataset="folder", root=str(root), out=str(tmp_path / "o"), short_side=16,
+                                          workers=1, split_ratios=(0.5, 0.5)), quiet=True)
+    assert (summary["ok"], summary["failed"]) == (4, 1)  # counted in the summary
+    errors = read_errors(tmp_path / "o").to_pylist()
+    assert [(e["video_id"], e["reason"].split(":")[0]) for e in errors] == [("a/single.avi", "too short")]

@@ -162,18 +162,35 @@ def decode_batch(batch: dict, device: torch.device | str) -> torch.Tensor:
     """``decode_on_device`` batches: the frames' JPEG bytes -> ``raw`` uint8 (B, U, H, W, 3) on ``device``.
 
     One batched ``torchvision.io.decode_jpeg`` call (nvJPEG on CUDA); each video's frames are then placed in
-    the zero-padded batch tensor with one copy per video.
+    the zero-padded batch tensor with one copy per video. An undecodable frame raises
+    :class:`~moquad.data.store.BadSample` naming it, with ``.position``: the batch row of its video (so the
+    caller can replace that sample); the images are then decoded one by one to find it (rare).
     """
     import warnings
 
     from torchvision.io import ImageReadMode, decode_jpeg
 
+    from moquad.data.store import BadSample
+
     flat, offsets = batch["jpeg"], batch["jpeg_offsets"].tolist()
     counts, hw = batch["jpeg_count"].tolist(), batch["hw"]
+    pieces = [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
     with warnings.catch_warnings():  # torchvision >= 0.29 points to TorchCodec; decode_jpeg still works
         warnings.simplefilter("ignore", DeprecationWarning)
-        images = decode_jpeg([flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])], mode=ImageReadMode.RGB,
-                             device=device)
+        try:
+            images = decode_jpeg(pieces, mode=ImageReadMode.RGB, device=device)
+        except RuntimeError:
+            for k, piece in enumerate(pieces):
+                try:
+                    decode_jpeg(piece, mode=ImageReadMode.RGB, device=device)
+                except RuntimeError as err:
+                    b = int(np.searchsorted(np.cumsum(counts), k, side="right"))
+                    vid = batch["video_id"][b] if "video_id" in batch else f"in batch row {b}"
+                    bad = BadSample(f"frame {k - sum(counts[:b])} of video {vid} is not a decodable "
+                                    f"JPEG ({' '.join(str(err).split())[-120:]})")
+                    bad.position = b  # type: ignore[attr-defined]
+                    raise bad from err
+            raise
     h, w = (int(x) for x in hw.max(0).values)
     raw = torch.zeros((len(counts), max(counts), h, w, 3), dtype=torch.uint8, device=images[0].device)
     start = 0

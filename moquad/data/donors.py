@@ -1,11 +1,13 @@
 """RAD-inter donors: frames of random OTHER videos of the split, read by index, one pool per batch.
 
-For each batch the loader draws ``donors_per_sample * batch`` distinct videos of the split at random
-(seeded by seed, epoch, batch and rank), reads ONE random frame of each by its byte range (a single
-small read each, thanks to the manifest's frame index) and stores it at the RAD window size. Each
-disturbed view then fills its ``k * k`` windows from that pool, never with its own video and, when the
-split has more than one shard, from shards other than its own whenever the pool holds such frames
-(donors are then uncorrelated with the shard being read: the cross-shard donors of the design).
+For each batch the loader draws ``max(donors_per_sample * batch, k * k + 1)`` distinct videos of the split
+at random (seeded by seed, epoch, batch and rank), reads ONE random frame of each by its byte range (a
+single small read each, thanks to the manifest's frame index) and stores it at the RAD window size. Each
+disturbed view then fills its ``k * k`` windows from that pool with DISTINCT videos, never its own: a
+mosaic holds ``min(k * k, videos - 1)`` distinct videos whatever the per-rank batch (fewer only if donor
+frames fail to read). Videos from shards other than the sample's come first (donors are then
+uncorrelated with the shard being read: the cross-shard donors of the design), then other videos of its
+shard; only a split with fewer than ``k * k + 1`` videos repeats donors within a mosaic.
 A donor frame that fails to read or decode is left out of the pool (it is not a training sample).
 """
 
@@ -40,16 +42,19 @@ class DonorPool:
     bytes_read: int = 0
 
     def picker(self, video: int, shard: int) -> DonorPick:
-        """``pick(count, rng)`` for one sample: windows from other videos, other shards when possible."""
+        """``pick(count, rng)`` for one sample: ``count`` windows of distinct other videos (as many as the pool
+        holds, then repeats), those of other shards first, in random window order."""
         other_video = self.video != video
         other_shard = other_video & (self.shard != shard)
-        candidates = np.flatnonzero(other_shard if other_shard.any() else other_video)
-        if len(candidates) == 0:
+        first, then = np.flatnonzero(other_shard), np.flatnonzero(other_video & ~other_shard)
+        if len(first) + len(then) == 0:
             raise MoquadError("RAD-inter needs donor frames from other videos but none could be read (a split "
                               "of one video?); use --set loader.appearance_op=rad_intra or add videos")
 
         def pick(count: int, rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
-            chosen = candidates[rng.integers(0, len(candidates), size=count)]
+            order = np.concatenate([rng.permutation(first), rng.permutation(then)])
+            extra = order[rng.integers(0, len(order), size=max(0, count - len(order)))]
+            chosen = rng.permutation(np.concatenate([order[:count], extra]))
             return chosen, [self.ids[int(c)] for c in chosen]
 
         return pick

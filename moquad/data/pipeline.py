@@ -33,10 +33,11 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from moquad.config import LoaderConfig
 from moquad.data.augment import apply_views
 from moquad.data.donors import DonorPool, donor_pool, resize_cells
-from moquad.data.sampler import EpochPlan
+from moquad.data.sampler import EpochPlan, stream
 from moquad.data.store import BadSample, Split, decode_frames, decode_jpeg
 from moquad.data.views import ViewParams, cell_size, check_config, draw_views, needs_donors
 from moquad.errors import MoquadError
+from moquad.train.preempt import ignore_in_worker
 
 _STACKED = ("frame_index", "box", "flip", "colour_ops", "colour_factors", "lam", "noise_frame")
 
@@ -104,20 +105,20 @@ class EpochBatches(Dataset):
     def __getitem__(self, j: int) -> dict[str, Any]:
         cfg, split = self.cfg, self.split
         pool = None
-        if needs_donors(cfg):
-            rng = np.random.default_rng([cfg.seed, self.epoch, j, self.rank, 1 << 20])
-            pool = donor_pool(split, cfg.donors_per_sample * self.plan.per_rank, cell_size(cfg), rng)
+        if needs_donors(cfg):  # enough donors for k*k distinct other videos in every mosaic (module donors)
+            count = max(cfg.donors_per_sample * self.plan.per_rank, cfg.rad_k ** 2 + 1)
+            pool = donor_pool(split, count, cell_size(cfg), stream("donors", cfg.seed, self.epoch, j, self.rank))
         rows = [int(i) for i in self.plan.batch(j, self.rank)]
         spares = self.plan.spares(j, self.rank)
         bad: list[dict[str, str]] = []
-        drawn = [self._draw(i, pool, spares, bad) for i in rows]
+        drawn = [self._draw(i, j, pool, spares, bad) for i in rows]
         while True:  # decode; a sample that fails to decode is replaced and the batch decoded again
             try:
                 return self._collate(drawn, pool, bad)
             except _DecodeFailed as e:
                 i = drawn[e.pos][0]
                 bad.append(self._bad(i, str(e.reason)))
-                drawn[e.pos] = self._draw(self._next_spare(spares), pool, spares, bad)
+                drawn[e.pos] = self._draw(self._next_spare(spares), j, pool, spares, bad, spare=True)
 
     def _next_spare(self, spares: Iterator[int]) -> int:
         spare = next(spares, None)
@@ -130,8 +131,10 @@ class EpochBatches(Dataset):
         return {"video_id": str(self.split.video_id[i]), "shard": self.split.shards[int(self.split.shard[i])],
                 "reason": reason, "epoch": self.epoch}
 
-    def _draw(self, i: int, pool: DonorPool | None, spares: Iterator[int], bad: list) -> tuple:
-        """(index, payload, ViewParams) of video ``i`` or, if its bytes are bad, of a spare."""
+    def _draw(self, i: int, j: int, pool: DonorPool | None, spares: Iterator[int], bad: list,
+              spare: bool = False) -> tuple:
+        """(index, payload, ViewParams) of video ``i`` in batch ``j`` or, if its bytes are bad, of a spare; a spare's
+        views are drawn for this batch (stream ``use`` j + 1), never the ones of its own slot (``use`` 0)."""
         split, cfg = self.split, self.cfg
         while True:
             try:
@@ -139,8 +142,8 @@ class EpochBatches(Dataset):
                 break
             except (BadSample, OSError) as e:
                 bad.append(self._bad(i, str(e)))
-                i = self._next_spare(spares)
-        rng = np.random.default_rng([cfg.seed, self.epoch, i])
+                i, spare = self._next_spare(spares), True
+        rng = stream("views", cfg.seed, self.epoch, i, j + 1 if spare else 0)
         pick = pool.picker(i, int(split.shard[i])) if pool is not None else None
         hw = (int(split.height[i]), int(split.width[i]))
         return i, payload, draw_views(int(split.num_frames[i]), hw, cfg, rng, pick, str(split.video_id[i]))
@@ -287,4 +290,4 @@ def make_loader(
     workers = min(cfg.workers, total - start)
     return DataLoader(ds, batch_size=None, sampler=range(start, total), collate_fn=_passthrough,
                       num_workers=workers, pin_memory=pin_memory, persistent_workers=False,
-                      prefetch_factor=2 if workers > 0 else None)
+                      prefetch_factor=2 if workers > 0 else None, worker_init_fn=ignore_in_worker)

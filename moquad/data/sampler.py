@@ -5,14 +5,22 @@ Epoch ``e`` is a permutation of the split drawn from ``(seed, e)``, the same on 
 permutation slice ``[j*G, (j+1)*G)`` and rank ``r`` takes its ``r``-th part. Hence:
 
 - no video appears twice in a global batch, and every rank gets the same number of batches;
-- across an epoch each video is used at most once and ``videos // G * G`` distinct videos are used;
+- across an epoch each video fills at most ONE slot of its own (the slot of the batch its permutation
+  position falls in), and ``videos // G * G`` distinct videos fill those slots;
 - the ``videos % G`` videos left over change with the permutation, so over epochs every video is used;
 - batch ``j`` is computed, never found by reading the batches before it (resume in O(1)).
 
 Spares: a sample that turns out to be unreadable is replaced by a spare, a video outside the current
 global batch: first the epoch's left-over videos, then those of later, then of earlier batches. Rank
 ``r`` only takes spares at positions ``q`` with ``q % world == r``, so two ranks never pick the same
-spare and the global batch stays free of duplicates.
+spare and the global batch stays free of duplicates. So with bad samples "at most once" becomes: at
+most once in its own slot, plus at most once per OTHER batch in which it stands in for a bad sample;
+each use draws its own views (:func:`stream` with ``use`` = 0 in its own slot, ``j + 1`` as a spare in
+batch ``j``), so a spare never repeats the views it gets in its own batch.
+
+Random streams: every random choice of the loader comes from :func:`stream`, whose first word tags the
+kind (permutation, views, donors). numpy's ``SeedSequence`` ignores trailing zeros (``[s, e]`` and
+``[s, e, 0]`` are one stream), so untagged seeds of different lengths could collide.
 """
 
 from __future__ import annotations
@@ -22,6 +30,14 @@ from collections.abc import Iterator
 import numpy as np
 
 from moquad.errors import MoquadError
+
+# first word of each kind of random stream (distinct, so no two kinds ever share a stream)
+STREAMS = {"permutation": 0x5045524D, "views": 0x56494557, "donors": 0x444F4E52}
+
+
+def stream(kind: str, *words: int) -> np.random.Generator:
+    """The generator of one random stream of the loader: ``kind`` in STREAMS, then seed, epoch, ..."""
+    return np.random.default_rng([STREAMS[kind], *(int(w) for w in words)])
 
 
 class EpochPlan:
@@ -39,7 +55,7 @@ class EpochPlan:
                 " or less (each video may appear only once per batch)"
             )
         self.num_batches = num_videos // self.global_batch
-        self.order = np.random.default_rng([seed, epoch]).permutation(num_videos)
+        self.order = stream("permutation", seed, epoch).permutation(num_videos)
 
     def batch(self, j: int, rank: int) -> np.ndarray:
         """Manifest indices of rank ``rank``'s part of global batch ``j``."""

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow.compute as pc
 import xxhash
 
-from moquad import __version__
+from moquad import __version__, lock
 from moquad.config import PreprocessConfig
 from moquad.data.store import SCHEMA_VERSION
 from moquad.preprocess import manifest, resume, splits
@@ -252,6 +252,7 @@ def _transcode_all(jobs: _Transcoder, sink: _Sink, total: int, label: str, quiet
                                        f"failed {sink.n_failed}, ETA {eta / 60:.1f} min")
 
 
+@lock.exclusive("preprocess")  # a second writer of this --out (and part) is refused
 def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = False,
                threads: int | None = None) -> dict[str, Any]:
     """Run (or resume) part ``cfg.part`` of a preprocessing job; returns the summary dict.

@@ -7,7 +7,9 @@ variable timestamps lose and gain nothing. Frames are then encoded as baseline J
 by ffmpeg's ``mjpeg`` encoder (``encoder="mjpeg"``, the default: as fast and ~15% smaller at
 equal PSNR thanks to optimal Huffman tables, see benchmarks/bench_preprocess.py) or from raw RGB
 with libjpeg-turbo via simplejpeg (``encoder="simplejpeg"``).
-Bad input raises :class:`VideoError` with a short reason that ends up in ``errors.parquet``.
+Bad input raises :class:`VideoError` with a short reason that ends up in ``errors.parquet``; so does
+a video of fewer than :data:`MIN_FRAMES` frames (``too short``): with one frame every clip is that frame,
+so the anchor, the Intra-Neg and the AD-Intra-Neg would be one and the same, a contradictory quadruple.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ EXTENSION_FORMATS: dict[str, tuple[str, ...]] = {
     ".wmv": ("asf",),
 }
 VIDEO_EXTENSIONS = frozenset(EXTENSION_FORMATS)
+# fewest frames a kept video has: two frames give a clip and its reverse (the short-video Intra-Neg) that differ
+MIN_FRAMES = 2
 FFMPEG_TIMEOUT_S = 1800  # per video; a hung ffmpeg becomes an error row instead of a stuck run
 
 
@@ -228,7 +232,7 @@ def transcode(
     fps: float | None = None,
     quality: int = 90,
     encoder: str = "mjpeg",
-    min_frames: int = 1,
+    min_frames: int = MIN_FRAMES,
     threads: int = 0,
 ) -> Frames:
     """Decode ``path`` (video stream only), scale to ``short_side``, optionally resample to ``fps``.
@@ -270,8 +274,11 @@ def transcode(
             offsets.append(offsets[-1] + len(j))
         jpgs = b"".join(parts)
     n = len(offsets) - 1
+    if n == 0:
+        raise VideoError("zero frames: decoded 0 frames")
     if n < min_frames:
-        raise VideoError(f"zero frames: decoded {n} frame(s)")
+        raise VideoError(f"too short: {n} frame(s), fewer than the {min_frames} a training clip needs (with one "
+                         "frame its motion-disturbed Intra-Negs equal the anchor)")
     expected, share = info.expected_frames(fps)
     if expected > 10 and n < share * expected - 1:
         raise VideoError(f"truncated: decoded {n} of the {expected:.0f} frames its header promises")

@@ -4,7 +4,9 @@ Layout: ``{"model", "optimizer", "step", "epoch", "config", "seeds", "moquad_ver
 ``step`` counts optimizer steps done, ``epoch`` the epoch the next step belongs to. Evaluation
 rebuilds the model from ``config`` via :func:`load_model`. A file that is not such a dict
 (garbage, truncated, empty, a plain state dict, a pickle ``weights_only`` refuses) raises a
-one-line :class:`MoquadError` ``CKPT is not a moquad checkpoint (<reason>)``.
+one-line :class:`MoquadError` ``CKPT is not a moquad checkpoint (<reason>)``. A disk that fills while
+a checkpoint is written is one line too (torch reports it as a ``RuntimeError``, not an ``OSError``); the
+previous checkpoint stays and the temp file goes. :func:`resume` loads ``last.pt`` into a run that continues.
 """
 
 from __future__ import annotations
@@ -19,13 +21,19 @@ from typing import Any
 import torch
 
 import moquad
-from moquad.errors import DISK_ERRNOS, MoquadError
+from moquad.config import PretrainConfig, to_dict
+from moquad.errors import DISK_ERRNOS, MoquadError, free_mb
 from moquad.io import atomic_write, remove_stale_temps
 from moquad.models import VideoModel, build_model
 
 # what every moquad checkpoint holds; resuming also needs these
 REQUIRED = ("model", "config")
 RESUME_KEYS = ("model", "optimizer", "step", "epoch", "config")
+# settings that may change when a run is resumed; every other resolved setting must match
+RESUME_MAY_CHANGE = ("out", "data", "resume", "ckpt_every", "log_every", "device", "loader.workers", "sync_bn",
+                     "loader.max_bad_fraction", "loader.max_bad_count")
+# how torch's zip writer reports a failed write (a full disk, a quota) instead of raising an OSError
+_TORCH_WRITE_FAILED = ("unexpected pos", "PytorchStreamWriter failed", "enforce fail at inline_container")
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,7 +57,14 @@ def save(ckpt: dict[str, Any], path: str | Path, resume_hint: str = "re-run with
     intact, never half a file; stale temp files of earlier, interrupted writes beside ``path`` go first."""
     path = Path(path)
     remove_stale_temps(path.parent)
-    return atomic_write(path, lambda f: torch.save(ckpt, f), resume_hint)
+    try:
+        return atomic_write(path, lambda f: torch.save(ckpt, f), resume_hint)
+    except RuntimeError as e:
+        if not any(m in str(e) for m in _TORCH_WRITE_FAILED):
+            raise
+        raise MoquadError(f"could not write {path}: the disk is full or failing ({free_mb(path):.0f} MB free; torch: "
+                          f"{' '.join(str(e).split())[:80]}); the previous checkpoint is intact; free space and "
+                          f"{resume_hint}") from e
 
 
 def _not_moquad(path: Path, reason: str) -> MoquadError:
@@ -117,3 +132,38 @@ def load_model(path: str | Path) -> tuple[VideoModel, dict[str, Any]]:
         raise _not_moquad(Path(path), f"its weights do not fit the {cfg['backbone']!r} model its config names: "
                                       f"{detail or type(e).__name__}") from e
     return model, ckpt
+
+
+def resume(cfg: PretrainConfig, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, spe: int,
+           checksum: str | None) -> int:
+    """Load ``path`` when resuming and return the step to continue from (0 for a new run)."""
+    if not path.is_file():
+        return 0
+    if not cfg.resume:
+        raise ValueError(f"{path.parent.parent} already holds a checkpoint; pass --resume to continue it or choose a new --out")
+    ckpt = load(path, require=RESUME_KEYS)
+    check_resume(ckpt.get("config") or {}, to_dict(cfg), path)
+    if ckpt.get("steps_per_epoch", spe) != spe:
+        raise ValueError(f"cannot resume {path}: it was trained with {ckpt['steps_per_epoch']} steps per epoch, "
+                         f"the data now gives {spe}")
+    if checksum and ckpt.get("data_checksum") not in (None, checksum):
+        raise ValueError(f"cannot resume {path}: the data in {cfg.data} is not the data it was trained on "
+                         "(manifest checksum differs); use the original data or a new --out")
+    model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    return int(ckpt["step"])
+
+
+def check_resume(saved: dict[str, Any], now: dict[str, Any], path: Path) -> None:
+    """Every resolved setting must match the checkpoint's, except those in RESUME_MAY_CHANGE."""
+    def flat(d: dict, prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+
+    old, new = flat(saved), flat(now)
+    diff = [k for k in sorted(set(old) | set(new)) if k not in RESUME_MAY_CHANGE and old.get(k) != new.get(k)]
+    if diff:
+        pairs = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff)
+        raise ValueError(f"cannot resume {path}: settings changed ({pairs}); use the original settings or a new --out")

@@ -13,7 +13,9 @@ Setup, then one function per epoch, in the style of DINO's ``main_dino.py``; the
 host syncs (``.item()``, the cross-rank mean, the NaN check) happen only at log steps and before a
 checkpoint. Checkpoints go to ``RUN/checkpoints/last.pt`` every ``ckpt_every`` steps and at each epoch
 end; ``resume`` continues from it with the same schedule and data order: the loader COMPUTES the
-batch at the resumed step (exact epochs), nothing is decoded and skipped.
+batch at the resumed step (exact epochs), nothing is decoded and skipped. SIGTERM / SIGUSR1 stop every
+rank after the same step with a checkpoint and exit code 75 (:mod:`moquad.train.preempt`); a second
+``pretrain`` into the same ``--out`` is refused (:mod:`moquad.lock`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import dataclasses
 import functools
 import json
 import math
+import sys
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -35,21 +37,19 @@ from rich.console import Console
 from torch import nn
 
 import moquad
-from moquad import dist
+from moquad import dist, lock
 from moquad.config import PretrainConfig, to_dict
 from moquad.config import save as save_config
 from moquad.errors import MoquadError
 from moquad.io import remove_stale_temps
 from moquad.models import build_model
-from moquad.train import checkpoint
+from moquad.train import checkpoint, preempt
 from moquad.train.lars import make_optimizer
 from moquad.train.log import RunLogger
 from moquad.train.losses import appearance_loss, moquad_loss, nt_xent_loss
 from moquad.train.schedule import lr_schedule, stage_per_epoch
 
 LoaderFn = Callable[..., Iterable[dict[str, Any]]]
-# settings that may change when a run is resumed; every other resolved setting must match
-RESUME_MAY_CHANGE = ("out", "data", "resume", "ckpt_every", "log_every", "device", "loader.workers")
 
 
 def forward_loss(
@@ -59,9 +59,9 @@ def forward_loss(
     mode: str,
     *,
     video: torch.Tensor | None = None,
-    tau: float = 0.1,
-    hard_beta: float = 0.0,
-    hard_alpha: float = 1.5,
+    tau: float,
+    hard_beta: float,
+    hard_alpha: float,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss of one batch: ``views`` (B, V, 3, T, H, W) normalised float on the model's device.
 
@@ -137,15 +137,20 @@ def pretrain(cfg: PretrainConfig, *, loader_fn: LoaderFn | None = None, keep_eve
     """
     info = dist.init(cfg.device)
     try:
-        t = setup(cfg, info, loader_fn, tensorboard, progress)
-        try:
-            with t.progress:
-                for epoch in range(t.start // t.spe, cfg.epochs):
-                    train_one_epoch(t, epoch, keep_every_epochs)
-        finally:
-            if t.logger is not None:
-                t.logger.close()
-        dist.barrier()
+        with dist.on_main(lock.hold(cfg.out, "pretrain"), info.device), preempt.watch():
+            t = setup(cfg, info, loader_fn, tensorboard, progress)
+            try:
+                with t.progress:
+                    for epoch in range(t.start // t.spe, cfg.epochs):
+                        train_one_epoch(t, epoch, keep_every_epochs)
+            except preempt.Preempted as e:
+                if info.rank == 0:
+                    print(e.message(str(t.ckpt_path)), file=sys.stderr, flush=True)
+                raise
+            finally:
+                if t.logger is not None:
+                    t.logger.close()
+            dist.barrier()
         return t.ckpt_path
     finally:
         dist.cleanup()
@@ -182,17 +187,17 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, loader_fn: LoaderFn | None, 
     run = Path(cfg.out)
     if main:
         remove_stale_temps(run / "checkpoints")  # left by a crash or a full disk
-    start = _resume(cfg, run / "checkpoints" / "last.pt", model, optimizer, spe, checksum)
+    start = checkpoint.resume(cfg, run / "checkpoints" / "last.pt", model, optimizer, spe, checksum)
     if main and report is not None:
         report()
     # ------------------------------------------------------------ distributed
     core: nn.Module = model
-    if cfg.sync_bn and (not dist.is_dist() or device.type != "cuda") and main:
-        warnings.warn("sync_bn needs GPU processes under torchrun (NCCL); training with per-process BatchNorm",
-                      stacklevel=2)
+    sync_bn, why = dist.sync_bn(cfg.sync_bn, model, world, device)
+    if main and why:
+        Console(stderr=True).print(f"pretrain: {why}")
+    if sync_bn:
+        model = core = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     if dist.is_dist():
-        if cfg.sync_bn and device.type == "cuda":
-            model = core = nn.SyncBatchNorm.convert_sync_batchnorm(model)
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     # ------------------------------------------------------------ logging
     logger = None
@@ -236,41 +241,6 @@ def _report(cfg: PretrainConfig, videos: int, spe: int, unfit: dict[int, int]) -
         console.print(f"[yellow]warning:[/] only {total} optimizer steps; for a small dataset use a smaller "
                       f"--batch-size (the split has {videos} videos) and more --epochs, as `--recipe "
                       "train/cpu_demo.yaml` does (batch 16, 60 epochs)")
-
-
-def _resume(cfg: PretrainConfig, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, spe: int,
-            checksum: str | None) -> int:
-    """Load ``path`` when resuming and return the step to continue from (0 for a new run)."""
-    if not path.is_file():
-        return 0
-    if not cfg.resume:
-        raise ValueError(f"{path.parent.parent} already holds a checkpoint; pass --resume to continue it or choose a new --out")
-    ckpt = checkpoint.load(path, require=checkpoint.RESUME_KEYS)
-    check_resume(ckpt.get("config") or {}, to_dict(cfg), path)
-    if ckpt.get("steps_per_epoch", spe) != spe:
-        raise ValueError(f"cannot resume {path}: it was trained with {ckpt['steps_per_epoch']} steps per epoch, "
-                         f"the data now gives {spe}")
-    if checksum and ckpt.get("data_checksum") not in (None, checksum):
-        raise ValueError(f"cannot resume {path}: the data in {cfg.data} is not the data it was trained on "
-                         "(manifest checksum differs); use the original data or a new --out")
-    model.load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])
-    return int(ckpt["step"])
-
-
-def check_resume(saved: dict[str, Any], now: dict[str, Any], path: Path) -> None:
-    """Every resolved setting must match the checkpoint's, except those in RESUME_MAY_CHANGE."""
-    def flat(d: dict, prefix: str = "") -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-        return out
-
-    old, new = flat(saved), flat(now)
-    diff = [k for k in sorted(set(old) | set(new)) if k not in RESUME_MAY_CHANGE and old.get(k) != new.get(k)]
-    if diff:
-        pairs = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff)
-        raise ValueError(f"cannot resume {path}: settings changed ({pairs}); use the original settings or a new --out")
 
 
 def _progress(enabled: bool, total: int, completed: int):
@@ -323,15 +293,18 @@ def train_one_epoch(t: Trainer, epoch: int, keep_every_epochs: int = 0) -> None:
         loss.backward()
         t.optimizer.step()
         w.add(step, loss.detach(), stats, cfg.batch_size * views.shape[1])
-        done, end = step + 1, step == (epoch + 1) * t.spe - 1
+        done, end, stop = step + 1, step == (epoch + 1) * t.spe - 1, False
         if done % cfg.log_every == 0 or end:
-            _log_step(t, epoch, mode, done, lr, w)
+            stop = _log_step(t, epoch, mode, done, lr, w)
             w = _Window(device, w.bad)
-        if done % cfg.ckpt_every == 0 or end:
+        if stop or done % cfg.ckpt_every == 0 or end:
             _check_finite(t, w)
             save_checkpoint(t, done, epoch + 1 if end else epoch)
             if end and keep_every_epochs and (epoch + 1) % keep_every_epochs == 0:
                 save_checkpoint(t, done, epoch + 1, t.run / "checkpoints" / f"step-{done}.pt")
+        if stop and done < t.total:  # all ranks agreed at this log step (preempt); wait for rank 0's checkpoint
+            dist.barrier()
+            raise preempt.preempted(done)
 
 
 class _Window:
@@ -373,23 +346,33 @@ def _check_finite(t: Trainer, w: _Window) -> None:
                           f"last good checkpoint: {kept}")
 
 
-def _log_step(t: Trainer, epoch: int, mode: str, done: int, lr: float, w: _Window) -> None:
-    """Reduce the window over ranks, check it, log it (the only per-step host sync)."""
+def _log_step(t: Trainer, epoch: int, mode: str, done: int, lr: float, w: _Window) -> bool:
+    """Reduce the window over ranks, check it, log it (the only per-step host sync); True: all ranks stop here
+    (some rank got a preemption signal)."""
     _check_finite(t, w)
     cfg, world = t.cfg, t.info.world_size
-    sums = dist.all_reduce(torch.cat([w.sums, torch.tensor([float(w.bad)], dtype=torch.float64,
-                                                                device=w.sums.device)])).tolist()
-    limit = cfg.loader.max_bad_fraction * t.spe * cfg.batch_size
-    if sums[4] > limit:
-        raise MoquadError(f"{int(sums[4])} of epoch {epoch}'s {t.spe * cfg.batch_size} samples were unreadable, more than "
-                          f"--max-bad-fraction {cfg.loader.max_bad_fraction}; see {t.bad_log} and run "
-                          f"`moquad verify {cfg.data}`")
+    extra = torch.tensor([float(w.bad), float(preempt.requested())], dtype=torch.float64, device=w.sums.device)
+    sums = dist.all_reduce(torch.cat([w.sums, extra])).tolist()  # one reduce: window sums, bad samples, stop flags
+    stop = sums[5] > 0
+    _check_bad(t, epoch, int(sums[4]))
     if t.logger is None:
-        return
+        return stop
     n, dt = max(sums[3] / world, 1.0), max(time.perf_counter() - w.start, 1e-9)
     rec = {"epoch": epoch, "mode": mode, "loss": sums[0] / sums[3], "lr": lr, "clips_per_s": w.clips / dt,
            "data_wait": min(1.0, w.wait / dt), "rank_ad_pos": sums[1] / sums[3],
            "rank_intra_neg": sums[2] / sums[3] if math.isfinite(sums[2]) else float("nan"),
            "bad_samples": int(sums[4]), "steps": int(n), "time": time.time()}
     t.logger.log(done, rec)
-    t.progress.update(t.task, completed=done, info=f"{mode} loss {rec['loss']:.4f} lr {lr:.3g}")
+    label = "simclr" if cfg.method != "moquad" and mode != "appearance" else mode  # what the loss is, for the user
+    t.progress.update(t.task, completed=done, info=f"{label} loss {rec['loss']:.4f} lr {lr:.3g}")
+    return stop
+
+
+def _check_bad(t: Trainer, epoch: int, bad: int) -> None:
+    """The bad-sample rule: stop only when an epoch's unreadable samples exceed BOTH limits of the config."""
+    lc, samples = t.cfg.loader, t.spe * t.cfg.batch_size
+    if bad > lc.max_bad_fraction * samples and bad > lc.max_bad_count:
+        raise MoquadError(f"{bad} of epoch {epoch}'s {samples} samples were unreadable, more than "
+                          f"loader.max_bad_fraction={lc.max_bad_fraction} of them and more than "
+                          f"loader.max_bad_count={lc.max_bad_count}; see {t.bad_log}, run `moquad verify "
+                          f"{t.cfg.data}`, or raise the limits with --set loader.max_bad_count=N and --resume")

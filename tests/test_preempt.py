@@ -1,0 +1,146 @@
+"""Preemption (moquad.train.preempt): SIGUSR1 / SIGTERM mid-epoch -> checkpoint -> exit 75 -> ``--resume`` gives
+bit-for-bit the run that was never interrupted; the SLURM script requeues on that code and resumes."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_loop import fake_loader, make_cfg
+
+from moquad.train import loop, preempt
+from moquad.train.checkpoint import load
+from moquad.train.log import read_log
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _single_process(monkeypatch):
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def signalling(signum: int, at: int, steps_per_epoch: int = 4):
+    """fake_loader that sends ``signum`` to this process while it hands out global step ``at`` (0-based)."""
+
+    def loader(*a, **kw):
+        for i, batch in enumerate(fake_loader(*a, **kw)):
+            if kw["epoch"] * steps_per_epoch + kw["start"] + i == at:
+                os.kill(os.getpid(), signum)
+            yield batch
+
+    return loader
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("full") / "run"
+    loop.pretrain(make_cfg(out), loader_fn=fake_loader, tensorboard=False, progress=False)
+    return out
+
+
+@pytest.mark.parametrize("signum, at", [(signal.SIGUSR1, 4), (signal.SIGTERM, 9)])
+def test_signal_mid_epoch_then_resume_is_bit_identical(uninterrupted, tmp_path, signum, at, capsys):
+    out = tmp_path / "run"
+    before = signal.getsignal(signum)
+    with pytest.raises(preempt.Preempted) as e:
+        loop.pretrain(make_cfg(out), loader_fn=signalling(signum, at), tensorboard=False, progress=False)
+    assert e.value.code == preempt.REQUEUE_EXIT == 75 and e.value.step == at + 1  # the current step finished
+    assert signal.getsignal(signum) is before  # the previous handler is back
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"preempted: {signal.Signals(signum).name} received, stopped after step {at + 1}")
+    seconds = float(re.search(r"([\d.]+) s after the signal", line)[1])
+    assert 0 <= seconds == pytest.approx(e.value.seconds, abs=0.01) and seconds < 30
+    ckpt = load(out / "checkpoints" / "last.pt")
+    assert (ckpt["step"], ckpt["epoch"]) == (at + 1, (at + 1) // 4)  # not a ckpt_every (3) step: written for the stop
+    assert not [p for p in (out / "checkpoints").iterdir() if p.name != "last.pt"]  # no temp file
+
+    loop.pretrain(make_cfg(out, resume=True), loader_fn=fake_loader, tensorboard=False, progress=False)
+    a, b = read_log(uninterrupted / "log.jsonl"), read_log(out / "log.jsonl")
+    assert [r["step"] for r in b] == list(range(1, 13))
+    assert [r["loss"] for r in b] == [r["loss"] for r in a]  # exactly: same floats
+    sa, sb = load(uninterrupted / "checkpoints" / "last.pt"), load(out / "checkpoints" / "last.pt")
+    for k in sa["model"]:
+        assert torch.equal(sa["model"][k], sb["model"][k]), k
+    for k, state in sa["optimizer"]["state"].items():
+        for name, value in state.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(sb["optimizer"]["state"][k][name]))
+
+
+def test_a_signal_after_the_last_step_ends_normally(tmp_path):
+    """A signal while the last batch is handed out: the run is complete, nothing to requeue."""
+    cfg = make_cfg(tmp_path / "run", epochs=1)
+    assert loop.pretrain(cfg, loader_fn=signalling(signal.SIGUSR1, 3), tensorboard=False, progress=False)
+    assert load(tmp_path / "run" / "checkpoints" / "last.pt")["step"] == 4
+
+
+def test_workers_ignore_the_preemption_signals():
+    code = ("import os, signal, time\nfrom moquad.train.preempt import ignore_in_worker\nignore_in_worker(0)\n"
+            "os.kill(os.getpid(), signal.SIGUSR1)\nos.kill(os.getpid(), signal.SIGTERM)\nprint('alive')\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == "alive", res.stderr
+
+
+# ----------------------------------------------------------------------------- the SLURM script, with fake srun
+
+
+FAKE_SRUN = """#!/usr/bin/env bash
+# fake srun: one task; sends SIGUSR1 (SLURM's --signal=USR1@120) once the run has logged a step
+while [[ "$1" == --* ]]; do shift; done
+export SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NTASKS=1
+before=$(cat "$WATCH/log.jsonl" 2>/dev/null | wc -l)
+"$@" &
+child=$!
+for _ in $(seq 1200); do
+  [ "$(cat "$WATCH/log.jsonl" 2>/dev/null | wc -l)" -gt "$before" ] && break
+  kill -0 $child 2>/dev/null || break
+  sleep 0.05
+done
+kill -USR1 $child 2>/dev/null
+wait $child
+"""
+FAKE_SCONTROL = """#!/usr/bin/env bash
+case "$1" in show) echo 127.0.0.1 ;; requeue) echo "requeue $2" >> "$REQUEUED" ;; esac
+"""
+
+
+def test_slurm_script_requeues_on_preemption_and_the_requeued_job_resumes(tmp_path):
+    from fixtures import coded_dataset
+
+    data = coded_dataset(tmp_path / "data", num_videos=8, num_frames=12, videos_per_shard=4)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    out = tmp_path / "run"
+    env = {**{k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")},
+           "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": sys.executable, "WATCH": str(out),
+           "REQUEUED": str(tmp_path / "requeued"), "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node1",
+           "PYTHONPATH": f"{REPO}:{os.environ.get('PYTHONPATH', '')}"}
+    args = ["--data", data, "--out", out, "--backbone", "tiny", "--batch-size", "2", "--frames", "4", "--size", "32",
+            "--workers", "0", "--device", "cpu", "--epochs", "200", "--warmup-ratio", "0", "--set", "proj_hidden=16"]
+
+    def sbatch(restarts: int) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(REPO / "train" / "slurm_pretrain.sbatch"), *map(str, args)], cwd=REPO,
+                              env={**env, "SLURM_RESTART_COUNT": str(restarts)}, capture_output=True, text=True,
+                              timeout=300)
+
+    first = sbatch(0)
+    assert first.returncode == 75, first.stderr
+    assert "preempted: SIGUSR1 received" in first.stderr
+    assert (tmp_path / "requeued").read_text() == "requeue 4242\n"
+    step1 = load(out / "checkpoints" / "last.pt")["step"]
+    assert 1 <= step1 < 800
+    second = sbatch(1)  # the requeued job: continues (--resume) and is preempted again
+    assert second.returncode == 75, second.stderr
+    assert (tmp_path / "requeued").read_text() == "requeue 4242\n" * 2
+    steps = [r["step"] for r in read_log(out / "log.jsonl")]
+    assert steps == list(range(1, len(steps) + 1)) and load(out / "checkpoints" / "last.pt")["step"] > step1
