@@ -3,7 +3,7 @@
 Per rank and epoch, batch ``j`` (:class:`~moquad.data.sampler.EpochPlan`) is built by one DataLoader
 worker in small stages, all driven by the manifest (:class:`~moquad.data.store.Split`):
 
-    videos of batch j -> read payload by offset + sha256 -> draw ViewParams (seed, epoch, video)
+    videos of batch j -> read payloads by offset (concurrently) + xxh3 -> draw ViewParams (seed, epoch, video)
       -> decode the frames the views use into the batch -> RAD donors (one frame of random other
       videos, read by index) -> apply_views (here) or ship frames + parameters (augment_on_device)
 
@@ -88,6 +88,7 @@ class EpochBatches(Dataset):
             rng = np.random.default_rng([cfg.seed, self.epoch, j, self.rank, 1 << 20])
             pool = donor_pool(split, cfg.donors_per_sample * self.plan.per_rank, cell_size(cfg), rng)
         rows = [int(i) for i in self.plan.batch(j, self.rank)]
+        split.prefetch(rows)  # the batch's payloads read concurrently (an object store's latency overlaps)
         spares = self.plan.spares(j, self.rank)
         bad: list[dict[str, str]] = []
         drawn = [self._draw(i, pool, spares, bad) for i in rows]
