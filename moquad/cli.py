@@ -81,7 +81,7 @@ def synth(
 def preprocess(
     dataset: str = typer.Argument(..., help="One of: k400, ucf101, hmdb51, ssv2, folder."),
     root: str = typer.Argument(..., help="Dataset root (videos and annotation files)."),
-    out: str = typer.Option(..., "--out", "-o", help="Output folder for shards and manifests."),
+    out: str = typer.Option(..., "--out", "-o", help="Output folder (or s3://, gs:// URL) for shards and manifests."),
     recipe: str | None = typer.Option(None, help="YAML recipe (preprocess/*.yaml); flags override it."),
     split: int | None = typer.Option(None, help="Official split number for ucf101/hmdb51 (1, 2 or 3)."),
     short_side: int | None = typer.Option(None, help="Resize so the short side is this many pixels (256; 128 for 112 crops)."),
@@ -95,6 +95,8 @@ def preprocess(
     seed: int | None = typer.Option(None, help="Shuffle seed (also the seed of --split-ratios)."),
     split_ratios: str | None = typer.Option(None, help="folder: draw a split per class, 0.8,0.2 or 0.7,0.1,0.2."),
     group_by: str | None = typer.Option(None, help=r"Regex on file names kept in one split, e.g. '_g(\d+)_'."),
+    engine: str | None = typer.Option(None, help="local (process pool) or ray (one Ray task per shard)."),
+    ray_address: str | None = typer.Option(None, help="Ray cluster for --engine ray ('auto' after `ray start`)."),
     merge: bool = typer.Option(False, "--merge", help="Combine the manifests of all parts, then exit."),
     sets: list[str] | None = _SET,
     print_config: bool = _PRINT,
@@ -113,7 +115,7 @@ def preprocess(
         recipe,
         dict(dataset=dataset, root=root, out=out, split=split, short_side=short_side, fps=fps,
              jpeg_quality=jpeg_quality, shard_size=shard_size, workers=workers, num_parts=num_parts,
-             part=part, limit=limit, seed=seed, group_by=group_by,
+             part=part, limit=limit, seed=seed, group_by=group_by, engine=engine, ray_address=ray_address,
              split_ratios=splits.parse_ratios(split_ratios) if split_ratios is not None else None),
         sets or (),
     )

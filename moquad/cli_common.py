@@ -21,6 +21,7 @@ import typer
 
 from moquad import config as C
 from moquad.errors import user_message
+from moquad.objstore import is_url
 
 
 def debug_enabled() -> bool:
@@ -78,7 +79,7 @@ def global_options(
 
 
 def _need_dir(path: str, what: str, hint: str) -> None:
-    if not Path(path).is_dir():
+    if not is_url(path) and not Path(path).is_dir():
         raise FileNotFoundError(f"{what} {path} is not a directory; {hint}")
 
 

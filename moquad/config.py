@@ -44,6 +44,7 @@ DATASETS = ("k400", "ucf101", "hmdb51", "ssv2", "folder")
 BACKBONES = ("tiny", "r3d_18", "r2plus1d_18", "s3d", "r3d_50")
 OPTIMIZERS = ("lars", "sgd", "adamw")
 DEVICES = ("auto", "cpu", "cuda")
+ENGINES = ("local", "ray")  # moquad.preprocess.engines.ENGINES implements them (a test keeps them equal)
 
 
 class ConfigError(MoquadError, ValueError):
@@ -79,6 +80,8 @@ class PreprocessConfig:
     # folder datasets without a split: draw one, e.g. (0.8, 0.2) train,test or (0.7, 0.1, 0.2) train,val,test
     split_ratios: tuple[float, ...] | None = rule(None, gt=0, le=1)
     group_by: str | None = None  # regex on the file name; its first group (or match) never straddles splits
+    engine: str = rule("local", choices=ENGINES)  # local process pool, or one Ray task per shard
+    ray_address: str | None = None  # Ray cluster to join ("auto": the one `ray start` made); None: a local Ray
 
     def __post_init__(self) -> None:
         check(self)

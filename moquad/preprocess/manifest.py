@@ -1,7 +1,8 @@
 """Manifest schema (manifests/SCHEMA.md), atomic Parquet I/O, readers and ``verify``.
 
 Per-part progress lives in ``DIR/manifests/parts/``: one record per committed shard
-(``{split}-{part:03d}-{n:06d}.parquet``), error records (``errors-{part:03d}-{n:06d}.parquet``),
+(``{split}-{part:03d}-{n:06d}.parquet``), that shard's error rows (``errors-{split}-{part:03d}-{n:06d}.parquet``),
+the error rows known from the listing (``errors-_listing-{part:03d}-000000.parquet``),
 the part's settings (``config-{part:03d}.json``) and, once a part finished, ``done-{part:03d}.json``.
 Merging concatenates the records into ``manifests/{split}.parquet`` and ``errors.parquet``.
 """
@@ -57,9 +58,9 @@ def write_record(data_dir: str | Path, split: str, part: int, index: int, rows: 
     write_table(table, parts_dir(data_dir) / f"{split}-{part:03d}-{index:06d}.parquet")
 
 
-def write_error_record(data_dir: str | Path, part: int, index: int, rows: list[dict[str, Any]]) -> None:
-    write_table(pa.Table.from_pylist(rows, schema=ERRORS_SCHEMA),
-                parts_dir(data_dir) / f"errors-{part:03d}-{index:06d}.parquet")
+def write_error_record(data_dir: str | Path, stem: str, rows: list[dict[str, Any]]) -> None:
+    """The error rows of shard ``stem`` (``{split}-{part:03d}-{n:06d}``), or of a part's listing (``_listing-{part:03d}-000000``)."""
+    write_table(pa.Table.from_pylist(rows, schema=ERRORS_SCHEMA), parts_dir(data_dir) / f"errors-{stem}.parquet")
 
 
 def read_records(data_dir: str | Path, part: int | None = None) -> tuple[pa.Table, pa.Table]:
@@ -72,15 +73,6 @@ def read_records(data_dir: str | Path, part: int | None = None) -> tuple[pa.Tabl
     ok_t = pa.concat_tables(ok).cast(MANIFEST_SCHEMA) if ok else MANIFEST_SCHEMA.empty_table()
     bad_t = pa.concat_tables(bad).cast(ERRORS_SCHEMA) if bad else ERRORS_SCHEMA.empty_table()
     return ok_t, bad_t
-
-
-# ---------------------------------------------------------------- readers (public contract)
-
-
-def shard_paths(data_dir: str | Path, split: str) -> list[Path]:
-    """Sorted absolute paths of the shards that hold ``split`` (from its manifest)."""
-    table = read_manifest(data_dir, split)
-    return sorted({Path(data_dir) / s for s in table.column("shard").to_pylist()})
 
 
 # ---------------------------------------------------------------- verify
