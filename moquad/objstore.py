@@ -51,6 +51,11 @@ def join(base: Location, *parts: str) -> Location:
     return Path(base).expanduser().joinpath(*parts)
 
 
+def local_or(loc: Location, name: str) -> Path:
+    """``loc / name`` for a folder; ``./name`` for a store URL (outputs are not written into the dataset)."""
+    return Path(name) if is_url(loc) else Path(loc).expanduser() / name
+
+
 def _cached(key: tuple, make: Callable[[], T]) -> T:
     key = (os.getpid(), *key)
     with _lock:
