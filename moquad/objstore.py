@@ -34,7 +34,8 @@ SCHEMES = ("s3", "gs", "gcs", "http", "https")
 ATTEMPTS = 6  # tries per request; backoff 0.1, 0.2, 0.4, 0.8, 1.6 s (+ jitter)
 THREADS = 16  # concurrent requests per process (hides per-request latency)
 STATS = {"requests": 0, "retries": 0, "bytes": 0}  # this process's counts (each DataLoader worker has its own)
-_NOT_RETRIED = ("ACCESS_DENIED", "AccessDenied", "NO_SUCH_BUCKET", "InvalidAccessKeyId", "SignatureDoesNotMatch")
+_NOT_RETRIED = ("ACCESS_DENIED", "AccessDenied", "NO_SUCH_BUCKET", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+               "past end of file")
 _lock = threading.Lock()
 _cache: dict[Any, Any] = {}  # (pid, kind, key) -> filesystem / open file; rebuilt after fork
 
@@ -49,6 +50,12 @@ def join(base: Location, *parts: str) -> Location:
     if is_url(base):
         return "/".join([str(base).rstrip("/"), *(p.strip("/") for p in parts)])
     return Path(base).expanduser().joinpath(*parts)
+
+
+def reset() -> None:
+    """Forget this process's clients and open files (after the store's objects or endpoint changed)."""
+    with _lock:
+        _cache.clear()
 
 
 def local_or(loc: Location, name: str) -> Path:
