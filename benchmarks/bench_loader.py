@@ -179,6 +179,7 @@ def s3_table(data: Path, cfg: LoaderConfig, repeats: int) -> dict[str, list[floa
 
     rate: dict[str, list[float]] = {"local disk": [], "S3 (local server)": [], "S3 + 20 ms per request": []}
     ratio: dict[str, list[float]] = {"S3 bytes / loader bytes": []}
+    cpu: dict[str, list[float]] = {f"cpu {k}": [] for k in rate}  # this process's CPU seconds per epoch
     with s3_server() as proxy:
         for f in sorted(data.rglob("*")):
             if f.is_file() and "parts" not in f.parts:
@@ -191,26 +192,27 @@ def s3_table(data: Path, cfg: LoaderConfig, repeats: int) -> dict[str, list[floa
                 objstore.reset()
                 proxy.latency = latency
                 proxy.reset()
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 n = read = 0
                 for b in make_loader(where, cfg, batch_size=BATCH, epoch=rep):
                     n += len(b["video_id"])
                     read += b["bytes"]
                 rate[name].append(n / (time.perf_counter() - t0))
+                cpu[f"cpu {name}"].append(time.process_time() - c0)
                 if name == "S3 + 20 ms per request":
                     ratio["S3 bytes / loader bytes"].append(proxy.ranged_bytes / read)
-    return {**rate, **ratio}
+    return {**rate, **ratio, **cpu}
 
 
 def print_s3(res: dict[str, list[float]], repeats: int) -> None:
     med = {k: statistics.median(v) for k, v in res.items()}
     print(f"\nLoader from object storage: same loader, same workers, wall clock, median of {repeats} epochs "
           f"(interleaved); server bytes per loader byte {med['S3 bytes / loader bytes']:.3f}x\n")
-    print(f"| {'source':<26} | {'quadruples/s':>12} | {'vs local disk':>13} |")
-    print(f"|{'-' * 28}|{'-' * 14}|{'-' * 15}|")
+    print(f"| {'source':<26} | {'quadruples/s':>12} | {'vs local disk':>13} | {'loader CPU s/epoch':>18} |")
+    print(f"|{'-' * 28}|{'-' * 14}|{'-' * 15}|{'-' * 20}|")
     for name in ("local disk", "S3 (local server)", "S3 + 20 ms per request"):
         ratios = [a / b for a, b in zip(res[name], res["local disk"])]
-        print(f"| {name:<26} | {med[name]:>12.1f} | {statistics.median(ratios):>12.2f}x |")
+        print(f"| {name:<26} | {med[name]:>12.1f} | {statistics.median(ratios):>12.2f}x | {med['cpu ' + name]:>18.2f} |")
 
 
 def main(argv: list[str] | None = None) -> dict:
