@@ -87,7 +87,7 @@ def preprocess(
     short_side: int | None = typer.Option(None, help="Resize so the short side is this many pixels (256; 128 for 112 crops)."),
     fps: float | None = typer.Option(None, help="Resample to this frame rate (default: native)."),
     jpeg_quality: int | None = typer.Option(None, help="JPEG quality 1-100 (90)."),
-    shard_size: int | None = typer.Option(None, help="Target shard size in bytes (1e9)."),
+    shard_size: int | None = typer.Option(None, help="Source-video bytes per shard (1e9): shards are planned before transcoding."),
     workers: int | None = typer.Option(None, help="Parallel transcoding processes (CPU count)."),
     num_parts: int | None = typer.Option(None, help="Split the video list into N parts (one per node)."),
     part: int | None = typer.Option(None, help="Which part this process writes (0..N-1)."),

@@ -71,7 +71,7 @@ class PreprocessConfig:
     short_side: int = rule(256, ge=8)  # 256 for the paper's 224 crops; 128 is enough for 112
     fps: float | None = rule(None, gt=0)  # None keeps the native frame rate
     jpeg_quality: int = rule(90, ge=1, le=100)
-    shard_size: int = rule(1_000_000_000, ge=1)  # bytes per shard (approximate upper bound)
+    shard_size: int = rule(1_000_000_000, ge=1)  # source-video bytes per shard (planned before transcoding)
     workers: int = rule(factory=lambda: max(1, os.cpu_count() or 1), ge=1)
     num_parts: int = rule(1, ge=1)
     part: int = rule(0, ge=0)
