@@ -276,6 +276,15 @@ class Split:
         fo = self.frame_offsets(i)
         return read_bytes(self.shard_path(i), int(self.offset[i] + fo[f]), int(fo[f + 1] - fo[f]))
 
+    def frame_bytes_many(self, picks: Sequence[tuple[int, int]]) -> list[bytes | Exception]:
+        """:meth:`frame_bytes` of several (video, frame) pairs (RAD donors): concurrent on a store, in turn
+        locally; a failed read is returned in its place."""
+        def read(p: tuple[int, int]) -> bytes:
+            return self.frame_bytes(*p)
+        if objstore.is_url(self.data_dir):
+            return objstore.concurrently(read, picks)
+        return [objstore.concurrently(read, [p])[0] for p in picks]
+
     def read_frames(self, i: int, indices: Sequence[int]) -> np.ndarray:
         """Decode frames ``indices`` (any order, repeats allowed) of video ``i`` -> uint8 (T, H, W, 3).
 
