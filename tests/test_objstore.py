@@ -131,6 +131,10 @@ def test_preprocess_verify_pretrain_retrieve_all_on_s3(s3, tmp_path, real_videos
         with fs.open_input_stream(f"bkt/e2e/shards/{tar.name}") as f:
             assert f.read() == tar.read_bytes()
     assert "OK" in moquad("verify", url).stdout
+    from moquad.info import report
+
+    rep, ref = report(url, 4, [1, 2]), report(tmp_path / "local", 4, [1, 2])
+    assert {k: v for k, v in rep.items() if k != "data"} == {k: v for k, v in ref.items() if k != "data"}
     run = tmp_path / "run"
     moquad("pretrain", "--data", url, "--out", run, "--method", "moquad", "--backbone", "tiny", "--epochs", 1,
            "--batch-size", 4, "--frames", 4, "--size", 32, "--workers", 1, "--device", "cpu")
@@ -152,3 +156,24 @@ def test_object_store_paths_join_and_local_paths_stay_paths(tmp_path):
         from moquad.preprocess.run import _validate
 
         _validate(dataclasses.replace(PreprocessConfig(), out="https://h/x"))
+
+
+def test_http_datasets_are_read_only_and_read_the_same_bytes(coded):
+    """https:// (read-only): a plain static file server holding the dataset folder."""
+    import functools
+    import http.server
+    import threading
+
+    local, _ = coded
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(local.parent))
+    handler.log_message = lambda *a: None
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/{local.name}"
+        remote, ref = store.Split(url), store.Split(local)
+        remote.check_shards()
+        assert [remote.payload(i) for i in range(len(ref))] == [ref.payload(i) for i in range(len(ref))]
+        assert store.read_info(url) == store.read_info(local)
+    finally:
+        srv.shutdown()

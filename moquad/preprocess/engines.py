@@ -191,11 +191,18 @@ def run_ray(plans: list[ShardPlan], stage: Path, remote: str | None, cfg: Prepro
     task = ray.remote(num_cpus=1, max_retries=3, retry_exceptions=True)(shard_task)
     one_thread = (*args[:4], 1)  # one CPU per task: ffmpeg gets one thread
     target = None if remote is not None else str(stage)
-    pending = [task.remote(target, sp, remote, one_thread) for sp in plans]
+    refs = {task.remote(target, sp, remote, one_thread): sp for sp in plans}
+    pending, failed = list(refs), []
     with _Bar(sum(len(sp.videos) for sp in plans), label, quiet) as bar:
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
-            bar.advance(*ray.get(done[0]))
+            try:
+                bar.advance(*ray.get(done[0]))
+            except ray.exceptions.RayError as e:  # failed after Ray's retries: the others still finish
+                failed.append(f"{refs[done[0]].stem} ({str(e).strip().splitlines()[-1][:200]})")
+    if failed:
+        raise MoquadError(f"{len(failed)} shard task(s) failed after 3 retries: {'; '.join(failed[:3])}; the other "
+                          "shards are committed: re-run the same command to redo only these")
 
 
 ENGINES: dict[str, Callable[..., None]] = {"local": run_local, "ray": run_ray}
