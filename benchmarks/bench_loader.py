@@ -170,6 +170,27 @@ def bytes_table(data: Path, cfg: LoaderConfig, split: Split) -> list[tuple]:
     return rows
 
 
+def loader_rows(data: Path, cfg: LoaderConfig, split: Split, sources: dict[str, str],
+                repeats: int) -> tuple[dict[str, list[float]], list[int]]:
+    """Quadruples/s of every path of the main table per repeat, and the distinct frames per quadruple."""
+    names = ("shards", "no checksum", "augment on device (worker side)", "PyAV", "decode bound", "apply_views on CPU")
+    rate: dict[str, list[float]] = {k: [] for k in names}
+    frames_per_quad = []
+    for rep in range(repeats):  # interleaved: a change of load hits every path
+        t, n, _ = run_loader(data, cfg, rep)
+        rate["shards"].append(n / t)
+        t, n, _ = run_loader(data, dataclasses.replace(cfg, verify_checksums=False), rep)
+        rate["no checksum"].append(n / t)
+        t, n, raw = run_loader(data, cfg, rep, augment_on_device=True)
+        rate["augment on device (worker side)"].append(n / t)
+        rate["PyAV"].append(n / run_pyav(raw, sources, cfg.size))
+        rate["decode bound"].append(n / run_decode_bound(raw, split))
+        rate["apply_views on CPU"].append(n / run_apply_on_cpu(raw, cfg.size))
+        frames_per_quad += [len(np.unique(np.concatenate([np.asarray(x) for x in i["indices"]])))
+                            for b in raw for i in b["info"]]
+    return rate, frames_per_quad
+
+
 def s3_table(data: Path, cfg: LoaderConfig, repeats: int) -> dict[str, list[float]]:
     """Quadruples/s (wall clock) from local disk, a local S3 server and that server + 20 ms per read, interleaved."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -238,21 +259,8 @@ def main(argv: list[str] | None = None) -> dict:
         res = s3_table(small, cfg, args.repeats)
         print_s3(res, args.repeats)
         return {"s3": res}
-    names = ("shards", "no checksum", "augment on device (worker side)", "PyAV", "decode bound", "apply_views on CPU")
-    rate: dict[str, list[float]] = {k: [] for k in names}
-    frames_per_quad = []
-    for rep in range(args.repeats):  # interleaved: a change of load hits every path
-        t, n, _ = run_loader(data, cfg, rep)
-        rate["shards"].append(n / t)
-        t, n, _ = run_loader(data, dataclasses.replace(cfg, verify_checksums=False), rep)
-        rate["no checksum"].append(n / t)
-        t, n, raw = run_loader(data, cfg, rep, augment_on_device=True)
-        rate["augment on device (worker side)"].append(n / t)
-        rate["PyAV"].append(n / run_pyav(raw, sources, cfg.size))
-        rate["decode bound"].append(n / run_decode_bound(raw, split))
-        rate["apply_views on CPU"].append(n / run_apply_on_cpu(raw, cfg.size))
-        frames_per_quad += [len(np.unique(np.concatenate([np.asarray(x) for x in i["indices"]])))
-                            for b in raw for i in b["info"]]
+    rate, frames_per_quad = loader_rows(data, cfg, split, sources, args.repeats)
+    names = tuple(rate)
     med = {k: statistics.median(v) for k, v in rate.items()}
     print(f"\nMoQuad quadruples (4 x 16 frames, crop 112, dilations 1/2/4), {len(split)} K400-like videos "
           f"({int(split.width[0])}x{int(split.height[0])}), batches of {BATCH}, one process, "

@@ -116,6 +116,14 @@ def same_output(a: Path, b: Path) -> tuple[bool, int]:
     return same, sum(1 for f in files if f.suffix == ".tar")
 
 
+def print_engines(times: dict[str, list[float]], cpus: int, n_shards: int, identical: bool, ray_start: float) -> None:
+    ray, local = times[f"engine ray ({cpus} CPUs)"], times[f"engine local ({cpus} CPUs)"]
+    overhead = statistics.median([r / l_ - 1 for r, l_ in zip(ray, local)])
+    print(f"\nRay vs the local process pool, {cpus} CPUs, {n_shards} shards: {statistics.median(ray):.2f} s vs "
+          f"{statistics.median(local):.2f} s, overhead {100 * overhead:+.1f}% (median of per-repeat ratios); outputs "
+          f"identical: {'yes' if identical else 'NO'}; ray.init took {ray_start:.1f} s (not included)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--videos", type=Path, default=REAL)
@@ -189,12 +197,7 @@ def main() -> None:
           f"JPEG payload PSNR {jpeg_psnr:.1f} dB vs scaled raw frames")
 
     if ray_start is not None:
-        t_local, t_ray = (statistics.median(times[f"engine {e} ({args.workers} CPUs)"]) for e in ("local", "ray"))
-        overheads = [r / l_ - 1 for r, l_ in zip(times[f"engine ray ({args.workers} CPUs)"],
-                                                  times[f"engine local ({args.workers} CPUs)"])]
-        print(f"\nRay vs the local process pool, {args.workers} CPUs, {n_shards} shards: {t_ray:.2f} s vs {t_local:.2f} s, "
-              f"overhead {100 * statistics.median(overheads):+.1f}% (median of per-repeat ratios); outputs identical: "
-              f"{'yes' if identical else 'NO'}; ray.init took {ray_start:.1f} s (not included)")
+        print_engines(times, args.workers, n_shards, identical, ray_start)
 
     if args.alt:
         rng = np.random.default_rng(0)
