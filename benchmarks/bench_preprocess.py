@@ -124,6 +124,36 @@ def print_engines(times: dict[str, list[float]], cpus: int, n_shards: int, ident
           f"identical: {'yes' if identical else 'NO'}; ray.init took {ray_start:.1f} s (not included)")
 
 
+def print_alt(files: list[Path], frames: dict, ref: dict, jpeg_psnr: float, args: argparse.Namespace) -> None:
+    """The frame-store alternative (``--alt``): small-GOP MPEG-4 bytes, PSNR and clip decode time vs JPEG."""
+    rng = np.random.default_rng(0)
+    jpeg_bytes = sum(len(f.jpgs) for f in frames.values())
+    starts = [(p, float(rng.random())) for p in files for _ in range(5)]
+
+    def clip(p: Path, u: float, d: int) -> list[int]:  # 16 frames at dilation d, random start
+        n = frames[p].num_frames
+        s = int(u * max(1, n - 16 * d))
+        return sorted({min(s + d * k, n - 1) for k in range(16)})
+
+    def t_clips(decode, d: int) -> float:
+        return 1000 * _median_time(lambda: [decode(p, clip(p, u, d)) for p, u in starts], args.repeats) / len(starts)
+
+    jpeg = lambda p, ix: decode_frames(frames[p].jpgs, frames[p].frame_offsets, ix)  # noqa: E731
+    print("\n| frame store | MB | vs JPEG bytes | PSNR dB | clip decode ms, dilation 1 / 2 / 4 |")
+    print("|---|---:|---:|---:|---:|")
+    times = " / ".join(f"{t_clips(jpeg, d):.1f}" for d in (1, 2, 4))
+    print(f"| JPEG frames (chosen) | {jpeg_bytes / 1e6:.1f} | 1.00x | {jpeg_psnr:.1f} | {times} |")
+    for qv, gop in ((3, 16), (2, 16), (2, 8)):
+        store = {p: mpeg4_store(p, args.short_side, qv, gop) for p in files}
+        alt_bytes = sum(len(b) for b in store.values())
+        alt_psnr = statistics.mean(
+            psnr(decode_clip_mpeg4(store[p], list(range(frames[p].num_frames)), gop), ref[p]) for p in files)
+        mp4 = lambda p, ix, st=store, g=gop: decode_clip_mpeg4(st[p], ix, g)  # noqa: E731
+        times = " / ".join(f"{t_clips(mp4, d):.1f}" for d in (1, 2, 4))
+        print(f"| MPEG-4 Part 2, GOP {gop}, q:v {qv} | {alt_bytes / 1e6:.1f} | {alt_bytes / jpeg_bytes:.2f}x | "
+              f"{alt_psnr:.1f} | {times} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--videos", type=Path, default=REAL)
@@ -200,32 +230,7 @@ def main() -> None:
         print_engines(times, args.workers, n_shards, identical, ray_start)
 
     if args.alt:
-        rng = np.random.default_rng(0)
-        jpeg_bytes = sum(len(f.jpgs) for f in frames.values())
-        starts = [(p, float(rng.random())) for p in files for _ in range(5)]
-
-        def clip(p: Path, u: float, d: int) -> list[int]:  # 16 frames at dilation d, random start
-            n = frames[p].num_frames
-            s = int(u * max(1, n - 16 * d))
-            return sorted({min(s + d * k, n - 1) for k in range(16)})
-
-        def t_clips(decode, d: int) -> float:
-            return 1000 * _median_time(lambda: [decode(p, clip(p, u, d)) for p, u in starts], args.repeats) / len(starts)
-
-        jpeg = lambda p, ix: decode_frames(frames[p].jpgs, frames[p].frame_offsets, ix)  # noqa: E731
-        print("\n| frame store | MB | vs JPEG bytes | PSNR dB | clip decode ms, dilation 1 / 2 / 4 |")
-        print("|---|---:|---:|---:|---:|")
-        times = " / ".join(f"{t_clips(jpeg, d):.1f}" for d in (1, 2, 4))
-        print(f"| JPEG frames (chosen) | {jpeg_bytes / 1e6:.1f} | 1.00x | {jpeg_psnr:.1f} | {times} |")
-        for qv, gop in ((3, 16), (2, 16), (2, 8)):
-            store = {p: mpeg4_store(p, args.short_side, qv, gop) for p in files}
-            alt_bytes = sum(len(b) for b in store.values())
-            alt_psnr = statistics.mean(
-                psnr(decode_clip_mpeg4(store[p], list(range(frames[p].num_frames)), gop), ref[p]) for p in files)
-            mp4 = lambda p, ix, st=store, g=gop: decode_clip_mpeg4(st[p], ix, g)  # noqa: E731
-            times = " / ".join(f"{t_clips(mp4, d):.1f}" for d in (1, 2, 4))
-            print(f"| MPEG-4 Part 2, GOP {gop}, q:v {qv} | {alt_bytes / 1e6:.1f} | {alt_bytes / jpeg_bytes:.2f}x | "
-                  f"{alt_psnr:.1f} | {times} |")
+        print_alt(files, frames, ref, jpeg_psnr, args)
 
 
 if __name__ == "__main__":
