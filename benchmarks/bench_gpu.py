@@ -16,7 +16,7 @@ three data paths, and the GPU JPEG decoder. Run on a CUDA machine: ``python benc
    decode (``gpu-decode``).
 
 Dataset: ``moquad synth`` videos rendered at 128 px (``--videos``, 64 frames, types family) written with
-``moquad.preprocess.shards.write_frames`` (no ffmpeg needed), plus the real clips of ../shared/data (their
+``tests/fixtures.write_frames`` (no ffmpeg needed), plus the real clips of ../shared/data (their
 JPEG frames from ``--real`` shards preprocessed at short side 128), ~1.2 GB: more than a loader's buffers,
 read from disk each epoch once the page cache is dropped.
 """
@@ -43,8 +43,10 @@ from moquad.config import LoaderConfig
 from moquad.data.augment import to_model
 from moquad.data.pipeline import make_loader
 from moquad.data.store import Split
-from moquad.preprocess.shards import write_frames
 from moquad.synth import MOTIONS, synth_videos
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.fixtures import write_frames  # noqa: E402 - the test fixtures' shard writer of in-memory frames
 
 QUAD = ("anchor", "ad_pos", "intra_neg", "ad_intra_neg")
 MODES = {"workers": [], "device": ["--augment-on-device"], "gpu-decode": ["--set", "loader.decode_on_device=true"]}

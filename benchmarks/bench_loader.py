@@ -14,13 +14,22 @@ Rows (one process doing the work of one DataLoader worker: ``workers=0``, one to
    in memory): what a loader could reach if everything but decoding were free.
 
 Setup: the 5 Kinetics clips of ../shared/data/real-videos (340x256) preprocessed at short side 128,
-each present 8 times under different names (40 videos: batches of 8, exact epochs), 16-frame clips,
+each copied 8 times under different names (40 distinct files: preprocessing skips a second path to the
+same file, so symlinks would leave 5 videos; batches of 8, exact epochs), 16-frame clips,
 112 crops, dilations {1, 2, 4}, batches of 8. Times are CPU seconds of this process (``--wall`` for
 wall clock); paths are interleaved over ``--repeats`` epochs and the table shows medians.
 
 The second table is the bytes the loader reads per epoch against the bytes of the videos it uses
 (payloads) plus the RAD donor frames, for 1 rank and for 8 simulated ranks (the number of workers does
-not change it: each batch is read by exactly one worker). Run: ``nice python benchmarks/bench_loader.py``.
+not change it: each batch is read by exactly one worker).
+
+The third table reads the same dataset from a local S3-API server (moto, started here, as in the tests)
+with the same loader settings and workers as the local-disk row, plain and with 20 ms added to every
+sample read (a proxy in front of the server), timed by the wall clock. moto reads a whole object for each
+ranged GET (a real store does not), so this table uses shards of ~1 MB of source video (~3 MB) for all
+three rows; moto's server process also competes with the loader for this machine's cores (waiting is the point), the three
+paths interleaved per repeat, medians and the ratio to local disk measured in the same process.
+Run: ``nice python benchmarks/bench_loader.py`` (``--rows s3`` for the third table only).
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -51,9 +62,9 @@ COPIES = 8
 BATCH = 8
 
 
-def build_dataset(cache: Path) -> Path:
-    """Preprocess the K400-like clips (8 names each) once at short side 128 into ``cache/shards40``."""
-    out = cache / "shards40"
+def build_dataset(cache: Path, shard_size: int = 20_000_000, name: str = "shards40c") -> Path:
+    """Preprocess the K400-like clips (8 copies each) once at short side 128 into ``cache/NAME``."""
+    out = cache / name
     if (out / "manifests" / "train.parquet").is_file():
         return out
     from moquad.preprocess.run import preprocess
@@ -62,11 +73,11 @@ def build_dataset(cache: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for name in K400_LIKE:
         for c in range(COPIES):
-            link = root / f"c{c}_{name}"
-            if not link.exists():
-                link.symlink_to(REAL / name)
+            copy = root / f"c{c}_{name}"
+            if not copy.exists():
+                shutil.copyfile(REAL / name, copy)  # a real file: a symlink would be deduplicated
     preprocess(PreprocessConfig(dataset="folder", root=str(cache / "videos40"), out=str(out), short_side=128,
-                                workers=2, shard_size=20_000_000), quiet=True)
+                                workers=2, shard_size=shard_size), quiet=True)
     return out
 
 
@@ -159,27 +170,13 @@ def bytes_table(data: Path, cfg: LoaderConfig, split: Split) -> list[tuple]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3, help="epochs per path (40 quadruples each)")
-    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "moquad_bench_loader"))
-    ap.add_argument("--json", default=None, help="also write the results here")
-    ap.add_argument("--wall", action="store_true", help="time with the wall clock instead of CPU time")
-    args = ap.parse_args(argv)
-    global clock
-    if args.wall:
-        clock = time.perf_counter
-    if not REAL.is_dir():
-        sys.exit(f"real clips not found at {REAL}")
-    torch.set_num_threads(1)
-    data = build_dataset(Path(args.cache))
-    split = Split(data, "train")
-    sources = {str(v): str((Path(args.cache) / "videos40" / v).resolve()) for v in split.video_id}
-    cfg = LoaderConfig(frames=16, size=112, workers=0)
+def loader_rows(data: Path, cfg: LoaderConfig, split: Split, sources: dict[str, str],
+                repeats: int) -> tuple[dict[str, list[float]], list[int]]:
+    """Quadruples/s of every path of the main table per repeat, and the distinct frames per quadruple."""
     names = ("shards", "no checksum", "augment on device (worker side)", "PyAV", "decode bound", "apply_views on CPU")
     rate: dict[str, list[float]] = {k: [] for k in names}
     frames_per_quad = []
-    for rep in range(args.repeats):  # interleaved: a change of load hits every path
+    for rep in range(repeats):  # interleaved: a change of load hits every path
         t, n, _ = run_loader(data, cfg, rep)
         rate["shards"].append(n / t)
         t, n, _ = run_loader(data, dataclasses.replace(cfg, verify_checksums=False), rep)
@@ -191,6 +188,79 @@ def main(argv: list[str] | None = None) -> dict:
         rate["apply_views on CPU"].append(n / run_apply_on_cpu(raw, cfg.size))
         frames_per_quad += [len(np.unique(np.concatenate([np.asarray(x) for x in i["indices"]])))
                             for b in raw for i in b["info"]]
+    return rate, frames_per_quad
+
+
+def s3_table(data: Path, cfg: LoaderConfig, repeats: int) -> dict[str, list[float]]:
+    """Quadruples/s (wall clock) from local disk, a local S3 server and that server + 20 ms per read, interleaved."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from s3server import s3_server
+
+    from moquad import objstore
+
+    rate: dict[str, list[float]] = {"local disk": [], "S3 (local server)": [], "S3 + 20 ms per request": []}
+    ratio: dict[str, list[float]] = {"S3 bytes / loader bytes": []}
+    cpu: dict[str, list[float]] = {f"cpu {k}": [] for k in rate}  # this process's CPU seconds per epoch
+    with s3_server() as proxy:
+        for f in sorted(data.rglob("*")):
+            if f.is_file() and "parts" not in f.parts:
+                objstore.upload(f, f"s3://bkt/bench/{f.relative_to(data).as_posix()}")
+        endpoints = {"S3 (local server)": f"http://127.0.0.1:{proxy.upstream}", "S3 + 20 ms per request": proxy.url}
+        for rep in range(repeats):
+            for name, where, latency in (("local disk", data, 0.0), ("S3 (local server)", "s3://bkt/bench", 0.0),
+                                         ("S3 + 20 ms per request", "s3://bkt/bench", 0.02)):
+                os.environ["AWS_ENDPOINT_URL"] = endpoints.get(name, proxy.url)  # plain row: no proxy in between
+                objstore.reset()
+                proxy.latency = latency
+                proxy.reset()
+                t0, c0 = time.perf_counter(), time.process_time()
+                n = read = 0
+                for b in make_loader(where, cfg, batch_size=BATCH, epoch=rep):
+                    n += len(b["video_id"])
+                    read += b["bytes"]
+                rate[name].append(n / (time.perf_counter() - t0))
+                cpu[f"cpu {name}"].append(time.process_time() - c0)
+                if name == "S3 + 20 ms per request":
+                    ratio["S3 bytes / loader bytes"].append(proxy.ranged_bytes / read)
+    return {**rate, **ratio, **cpu}
+
+
+def print_s3(res: dict[str, list[float]], repeats: int) -> None:
+    med = {k: statistics.median(v) for k, v in res.items()}
+    print(f"\nLoader from object storage: same loader, same workers, wall clock, median of {repeats} epochs "
+          f"(interleaved); server bytes per loader byte {med['S3 bytes / loader bytes']:.3f}x\n")
+    print(f"| {'source':<26} | {'quadruples/s':>12} | {'vs local disk':>13} | {'loader CPU s/epoch':>18} |")
+    print(f"|{'-' * 28}|{'-' * 14}|{'-' * 15}|{'-' * 20}|")
+    for name in ("local disk", "S3 (local server)", "S3 + 20 ms per request"):
+        ratios = [a / b for a, b in zip(res[name], res["local disk"])]
+        print(f"| {name:<26} | {med[name]:>12.1f} | {statistics.median(ratios):>12.2f}x | {med['cpu ' + name]:>18.2f} |")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3, help="epochs per path (40 quadruples each)")
+    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "moquad_bench_loader"))
+    ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--wall", action="store_true", help="time with the wall clock instead of CPU time")
+    ap.add_argument("--rows", choices=("all", "s3"), default="all", help="s3: only the object-storage table")
+    args = ap.parse_args(argv)
+    global clock
+    if args.wall:
+        clock = time.perf_counter
+    if not REAL.is_dir():
+        sys.exit(f"real clips not found at {REAL}")
+    torch.set_num_threads(1)
+    data = build_dataset(Path(args.cache))
+    split = Split(data, "train")
+    sources = {str(v): str((Path(args.cache) / "videos40" / v).resolve()) for v in split.video_id}
+    cfg = LoaderConfig(frames=16, size=112, workers=0)
+    small = build_dataset(Path(args.cache), shard_size=1_000_000, name="shards40s")  # moto reads a whole object
+    if args.rows == "s3":                                                              # per ranged GET: small shards
+        res = s3_table(small, cfg, args.repeats)
+        print_s3(res, args.repeats)
+        return {"s3": res}
+    rate, frames_per_quad = loader_rows(data, cfg, split, sources, args.repeats)
+    names = tuple(rate)
     med = {k: statistics.median(v) for k, v in rate.items()}
     print(f"\nMoQuad quadruples (4 x 16 frames, crop 112, dilations 1/2/4), {len(split)} K400-like videos "
           f"({int(split.width[0])}x{int(split.height[0])}), batches of {BATCH}, one process, "
@@ -210,7 +280,10 @@ def main(argv: list[str] | None = None) -> dict:
     for world, per_rank, videos, used, read in rows:
         print(f"| {world:>5} | {per_rank:>10} | {videos:>11} | {used / 1e6:>17.1f} | {read / 1e6:>8.1f} | "
               f"{read / used:>14.3f}x |")
-    result = {"quads_per_s": med, "all": rate, "bytes": rows, "config": dataclasses.asdict(cfg), "batch": BATCH}
+    s3 = s3_table(small, cfg, args.repeats)
+    print_s3(s3, args.repeats)
+    result = {"quads_per_s": med, "all": rate, "bytes": rows, "s3": s3, "config": dataclasses.asdict(cfg),
+              "batch": BATCH}
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
     return result

@@ -8,6 +8,10 @@ Rows (median of ``--repeats`` interleaved runs, one core: every ffmpeg runs with
   rotate, scale, JPEG) with each encoder; ``ratio`` is its time over the bare decode's;
 - ``preprocess, whole command``: listing, pool, shard writing, manifests, with 1 and ``--workers``
   workers (one ffmpeg thread each); its ratio is core-seconds over the bare decode's.
+- ``engine local`` / ``engine ray``: the whole command with ``--workers`` processes vs a local Ray of
+  ``--workers`` CPUs (one task per shard; ``--engine-shard-size`` source bytes per shard so there are
+  several shards to run at once); Ray is started once before timing (its start-up is printed apart),
+  the outputs of the two engines are compared byte for byte. Skipped when ray is not installed.
 Storage: shard bytes vs source bytes, and PSNR of the stored frames against the scaled raw frames.
 ``--alt`` also measures the frame-store alternative: small-GOP MPEG-4 Part 2 video per sample
 (``-g 16 -bf 0``), its bytes, PSNR and the time to decode a random 16-frame clip vs JPEG frames.
@@ -91,6 +95,65 @@ def decode_clip_mpeg4(data: bytes, indices: list[int], gop: int = 16) -> np.ndar
         return np.stack(out)
 
 
+def start_ray(cpus: int) -> float | None:
+    """Start a local Ray of ``cpus`` CPUs; seconds it took, None when ray is not installed."""
+    try:
+        import ray
+    except ImportError:
+        print("ray not installed: no engine rows (pip install -e '.[ray]')")
+        return None
+    t = time.perf_counter()
+    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+    return time.perf_counter() - t
+
+
+def same_output(a: Path, b: Path) -> tuple[bool, int]:
+    """(every shard, manifest and dataset.json byte-identical, number of shards)."""
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file() and "parts" not in p.parts)
+    other = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file() and "parts" not in p.parts)
+    same = files == other and all((a / f).read_bytes() == (b / f).read_bytes() for f in files
+                                  if f.name != "dataset.json")
+    return same, sum(1 for f in files if f.suffix == ".tar")
+
+
+def print_engines(times: dict[str, list[float]], cpus: int, n_shards: int, identical: bool, ray_start: float) -> None:
+    ray, local = times[f"engine ray ({cpus} CPUs)"], times[f"engine local ({cpus} CPUs)"]
+    overhead = statistics.median([r / l_ - 1 for r, l_ in zip(ray, local)])
+    print(f"\nRay vs the local process pool, {cpus} CPUs, {n_shards} shards: {statistics.median(ray):.2f} s vs "
+          f"{statistics.median(local):.2f} s, overhead {100 * overhead:+.1f}% (median of per-repeat ratios); outputs "
+          f"identical: {'yes' if identical else 'NO'}; ray.init took {ray_start:.1f} s (not included)")
+
+
+def print_alt(files: list[Path], frames: dict, ref: dict, jpeg_psnr: float, args: argparse.Namespace) -> None:
+    """The frame-store alternative (``--alt``): small-GOP MPEG-4 bytes, PSNR and clip decode time vs JPEG."""
+    rng = np.random.default_rng(0)
+    jpeg_bytes = sum(len(f.jpgs) for f in frames.values())
+    starts = [(p, float(rng.random())) for p in files for _ in range(5)]
+
+    def clip(p: Path, u: float, d: int) -> list[int]:  # 16 frames at dilation d, random start
+        n = frames[p].num_frames
+        s = int(u * max(1, n - 16 * d))
+        return sorted({min(s + d * k, n - 1) for k in range(16)})
+
+    def t_clips(decode, d: int) -> float:
+        return 1000 * _median_time(lambda: [decode(p, clip(p, u, d)) for p, u in starts], args.repeats) / len(starts)
+
+    jpeg = lambda p, ix: decode_frames(frames[p].jpgs, frames[p].frame_offsets, ix)  # noqa: E731
+    print("\n| frame store | MB | vs JPEG bytes | PSNR dB | clip decode ms, dilation 1 / 2 / 4 |")
+    print("|---|---:|---:|---:|---:|")
+    times = " / ".join(f"{t_clips(jpeg, d):.1f}" for d in (1, 2, 4))
+    print(f"| JPEG frames (chosen) | {jpeg_bytes / 1e6:.1f} | 1.00x | {jpeg_psnr:.1f} | {times} |")
+    for qv, gop in ((3, 16), (2, 16), (2, 8)):
+        store = {p: mpeg4_store(p, args.short_side, qv, gop) for p in files}
+        alt_bytes = sum(len(b) for b in store.values())
+        alt_psnr = statistics.mean(
+            psnr(decode_clip_mpeg4(store[p], list(range(frames[p].num_frames)), gop), ref[p]) for p in files)
+        mp4 = lambda p, ix, st=store, g=gop: decode_clip_mpeg4(st[p], ix, g)  # noqa: E731
+        times = " / ".join(f"{t_clips(mp4, d):.1f}" for d in (1, 2, 4))
+        print(f"| MPEG-4 Part 2, GOP {gop}, q:v {qv} | {alt_bytes / 1e6:.1f} | {alt_bytes / jpeg_bytes:.2f}x | "
+              f"{alt_psnr:.1f} | {times} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--videos", type=Path, default=REAL)
@@ -98,6 +161,7 @@ def main() -> None:
     ap.add_argument("--short-side", type=int, default=128)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--alt", action="store_true", help="also measure small-GOP MPEG-4 as the frame store")
+    ap.add_argument("--engine-shard-size", type=int, default=1_000_000, help="source bytes per shard (engine rows)")
     args = ap.parse_args()
     files = sorted(p for p in args.videos.iterdir() if p.suffix.lower() in T.VIDEO_EXTENSIONS)
     if not files:
@@ -122,6 +186,19 @@ def main() -> None:
                           lambda e=enc: [T.transcode(p, args.short_side, encoder=e, threads=1) for p in files]))
         for w in sorted({1, args.workers}):
             steps.append((f"preprocess, whole command ({w} worker{'s' if w > 1 else ''})", w, lambda w=w: run_all(w)))
+        last: dict[str, str] = {}
+
+        def run_engine(engine: str, i=[0]) -> None:  # noqa: B006 - a fresh output folder per repeat
+            i[0] += 1
+            last[engine] = f"{tmp}/{engine}{i[0]}"
+            preprocess(PreprocessConfig(dataset="folder", root=str(root), out=last[engine], engine=engine,
+                                        short_side=args.short_side, workers=args.workers,
+                                        shard_size=args.engine_shard_size), quiet=True, threads=1)
+
+        ray_start = start_ray(args.workers)
+        if ray_start is not None:
+            for engine in ("local", "ray"):
+                steps.append((f"engine {engine} ({args.workers} CPUs)", args.workers, lambda e=engine: run_engine(e)))
         # interleaved repeats: on a shared machine every step sees the same background load
         times: dict[str, list[float]] = {name: [] for name, _, _ in steps}
         for _ in range(args.repeats):
@@ -130,6 +207,8 @@ def main() -> None:
                 fn()
                 times[name].append(time.perf_counter() - t)
         shard_bytes = sum(p.stat().st_size for p in Path(f"{tmp}/out1/shards").glob("*.tar"))
+        identical, n_shards = (same_output(Path(last["local"]), Path(last["ray"])) if ray_start is not None
+                               else (False, 0))
     t_dec = statistics.median(times[steps[0][0]])
     rows = [(name, statistics.median(times[name]), statistics.median(times[name]) * cores / t_dec, cores)
             for name, cores, _ in steps]
@@ -147,33 +226,11 @@ def main() -> None:
     print(f"\nshards {shard_bytes / 1e6:.1f} MB = {shard_bytes / src_bytes:.2f}x source bytes; "
           f"JPEG payload PSNR {jpeg_psnr:.1f} dB vs scaled raw frames")
 
+    if ray_start is not None:
+        print_engines(times, args.workers, n_shards, identical, ray_start)
+
     if args.alt:
-        rng = np.random.default_rng(0)
-        jpeg_bytes = sum(len(f.jpgs) for f in frames.values())
-        starts = [(p, float(rng.random())) for p in files for _ in range(5)]
-
-        def clip(p: Path, u: float, d: int) -> list[int]:  # 16 frames at dilation d, random start
-            n = frames[p].num_frames
-            s = int(u * max(1, n - 16 * d))
-            return sorted({min(s + d * k, n - 1) for k in range(16)})
-
-        def t_clips(decode, d: int) -> float:
-            return 1000 * _median_time(lambda: [decode(p, clip(p, u, d)) for p, u in starts], args.repeats) / len(starts)
-
-        jpeg = lambda p, ix: decode_frames(frames[p].jpgs, frames[p].frame_offsets, ix)  # noqa: E731
-        print("\n| frame store | MB | vs JPEG bytes | PSNR dB | clip decode ms, dilation 1 / 2 / 4 |")
-        print("|---|---:|---:|---:|---:|")
-        times = " / ".join(f"{t_clips(jpeg, d):.1f}" for d in (1, 2, 4))
-        print(f"| JPEG frames (chosen) | {jpeg_bytes / 1e6:.1f} | 1.00x | {jpeg_psnr:.1f} | {times} |")
-        for qv, gop in ((3, 16), (2, 16), (2, 8)):
-            store = {p: mpeg4_store(p, args.short_side, qv, gop) for p in files}
-            alt_bytes = sum(len(b) for b in store.values())
-            alt_psnr = statistics.mean(
-                psnr(decode_clip_mpeg4(store[p], list(range(frames[p].num_frames)), gop), ref[p]) for p in files)
-            mp4 = lambda p, ix, st=store, g=gop: decode_clip_mpeg4(st[p], ix, g)  # noqa: E731
-            times = " / ".join(f"{t_clips(mp4, d):.1f}" for d in (1, 2, 4))
-            print(f"| MPEG-4 Part 2, GOP {gop}, q:v {qv} | {alt_bytes / 1e6:.1f} | {alt_bytes / jpeg_bytes:.2f}x | "
-                  f"{alt_psnr:.1f} | {times} |")
+        print_alt(files, frames, ref, jpeg_psnr, args)
 
 
 if __name__ == "__main__":

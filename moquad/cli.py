@@ -99,7 +99,7 @@ _OFFICIAL = {name: a.official_splits for name, a in DATASETS.items() if a.offici
 def preprocess(
     dataset: str = typer.Argument(..., help=f"Dataset adapter, one of: {', '.join(DATASETS)} (layouts below)."),
     root: str = typer.Argument(..., help="Dataset root (videos and annotation files)."),
-    out: str = typer.Option(..., "--out", "-o", help="Output folder for shards and manifests."),
+    out: str = typer.Option(..., "--out", "-o", help="Output folder (or s3://, gs:// URL) for shards and manifests."),
     recipe: str | None = typer.Option(None, help="Recipe: a name (`moquad recipes --stage preprocess`) or a YAML "
                                       "file; flags override it."),
     official_split: int | None = typer.Option(None, "--split", help=_cfg_help(
@@ -109,7 +109,7 @@ def preprocess(
         _P, "short_side", "Resize so the short side is this many pixels (128 is enough for 112 crops).")),
     fps: float | None = typer.Option(None, help=_cfg_help(_P, "fps", "Resample to this frame rate (none: native).")),
     jpeg_quality: int | None = typer.Option(None, help=_cfg_help(_P, "jpeg_quality", "JPEG quality, 1-100.")),
-    shard_size: int | None = typer.Option(None, help=_cfg_help(_P, "shard_size", "Target shard size in bytes.")),
+    shard_size: int | None = typer.Option(None, help=_cfg_help(_P, "shard_size", "Source-video bytes per shard: shards are planned before transcoding.")),
     workers: int | None = typer.Option(None, help=_cfg_help(_P, "workers", "Parallel transcoding processes "
                                                              "(default: this machine's CPU count).")),
     num_parts: int | None = typer.Option(None, help=_cfg_help(_P, "num_parts", "Split the video list into N parts "
@@ -121,6 +121,10 @@ def preprocess(
     split_ratios: str | None = typer.Option(None, help=_cfg_help(
         _P, "split_ratios", "folder: draw a split per class, e.g. 0.8,0.2 (train,test) or 0.7,0.1,0.2.")),
     group_by: str | None = typer.Option(None, help=r"Regex on file names kept in one split, e.g. '_g(\d+)_'."),
+    engine: str | None = typer.Option(None, help=_cfg_help(_P, "engine", "Who writes the shards: a local process pool "
+                                                           "or Ray (one task per shard).")),
+    ray_address: str | None = typer.Option(None, help=_cfg_help(_P, "ray_address", "Ray cluster for --engine ray "
+                                                                "('auto' after `ray start`).")),
     merge: bool = typer.Option(False, "--merge", help="Combine the manifests of all parts, then exit."),
     sets: list[str] | None = _SET,
     print_config: bool = _PRINT,
@@ -139,7 +143,7 @@ def preprocess(
         _recipe(recipe, "preprocess"),
         dict(dataset=dataset, root=root, out=out, official_split=official_split, short_side=short_side, fps=fps,
              jpeg_quality=jpeg_quality, shard_size=shard_size, workers=workers, num_parts=num_parts,
-             part=part, limit=limit, seed=seed, group_by=group_by,
+             part=part, limit=limit, seed=seed, group_by=group_by, engine=engine, ray_address=ray_address,
              split_ratios=splits.parse_ratios(split_ratios) if split_ratios is not None else None),
         sets or (),
     )

@@ -25,6 +25,7 @@ import typer
 
 from moquad import config as C
 from moquad.errors import user_message
+from moquad.objstore import is_url
 from moquad.recipes import find_recipe
 
 
@@ -142,7 +143,7 @@ def _recipe(recipe: str | None, stage: str) -> str | None:
 
 
 def _need_dir(path: str, what: str, hint: str) -> None:
-    if not Path(path).is_dir():
+    if not is_url(path) and not Path(path).is_dir():
         raise FileNotFoundError(f"{what} {path} is not a directory; {hint}")
 
 

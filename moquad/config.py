@@ -44,6 +44,7 @@ T = TypeVar("T")
 
 OPTIMIZERS = ("lars", "sgd", "adamw")
 DEVICES = ("auto", "cpu", "cuda")
+ENGINES = ("local", "ray")  # moquad.preprocess.engines.ENGINES implements them (a test keeps them equal)
 
 
 class ConfigError(MoquadError, ValueError):
@@ -70,7 +71,7 @@ class PreprocessConfig:
     short_side: int = rule(256, ge=8)  # 256 for the paper's 224 crops; 128 is enough for 112
     fps: float | None = rule(None, gt=0)  # None keeps the native frame rate
     jpeg_quality: int = rule(90, ge=1, le=100)
-    shard_size: int = rule(1_000_000_000, ge=1)  # bytes per shard (approximate upper bound)
+    shard_size: int = rule(1_000_000_000, ge=1)  # source-video bytes per shard (planned before transcoding)
     workers: int = rule(factory=lambda: max(1, os.cpu_count() or 1), ge=1)
     num_parts: int = rule(1, ge=1)
     part: int = rule(0, ge=0)
@@ -79,6 +80,8 @@ class PreprocessConfig:
     # folder datasets without a split: draw one, e.g. (0.8, 0.2) train,test or (0.7, 0.1, 0.2) train,val,test
     split_ratios: tuple[float, ...] | None = rule(None, gt=0, le=1)
     group_by: str | None = None  # regex on the file name; its first group (or match) never straddles splits
+    engine: str = rule("local", choices=ENGINES)  # local process pool, or one Ray task per shard
+    ray_address: str | None = None  # Ray cluster to join ("auto": the one `ray start` made); None: a local Ray
 
     def __post_init__(self) -> None:
         check(self)

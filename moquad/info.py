@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from moquad import objstore
 from moquad.data.sampling import clip_span
 from moquad.data.store import read_errors, read_info, read_manifest
 from moquad.errors import disk_errors
@@ -68,7 +69,7 @@ def _split_stats(data_dir: Path, split: str, classes: list[str], frames: int,
         "frames": int(nf.sum()),
         "hours": float(np.nansum(seconds) / 3600),
         "bytes": int(sum(table.column("jpgs_size").to_pylist())),
-        "shard_bytes": int(sum(os.path.getsize(data_dir / s) for s in shards if (data_dir / s).is_file())),
+        "shard_bytes": int(sum(objstore.size(objstore.join(data_dir, s)) or 0 for s in shards)),
         "smallest_class": list(smallest) if smallest else None,
         "largest_class": list(largest) if largest else None,
         "classes_without_videos": [c for c, n in per_class.items() if n == 0],
@@ -84,7 +85,7 @@ def _split_stats(data_dir: Path, split: str, classes: list[str], frames: int,
 
 def report(data_dir: str | Path, frames: int, dilations: Sequence[int]) -> dict[str, Any]:
     """All the numbers of ``moquad info`` as a JSON-safe dict (keys starting with ``_`` are raw lists)."""
-    data_dir = Path(data_dir)
+    data_dir = data_dir if objstore.is_url(data_dir) else Path(data_dir)
     if frames < 1 or not dilations or min(dilations) < 1:
         raise ValueError(f"--frames {frames} / --dilations {list(dilations)}: use positive numbers, e.g. "
                          "--frames 16 --dilations 1,2,4")
@@ -264,7 +265,7 @@ def info(data_dir: str | Path, out_png: str | Path | None = None, frames: int | 
     rep = report(data_dir, frames if frames is not None else loader.frames,
                  dilations if dilations is not None else loader.dilations)
     print_report(rep)
-    png = plot_report(rep, out_png if out_png is not None else Path(data_dir) / "info.png")
+    png = plot_report(rep, out_png if out_png is not None else objstore.local_or(data_dir, "info.png"))
     if json_path is not None:
         write_json(public(rep), json_path)
     return png

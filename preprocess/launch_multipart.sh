@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Multi-node preprocessing: one SLURM array task per part, each writing its own shards and
-# manifest parts into the same --out folder (shared filesystem); the last part to finish merges.
+# manifest parts into the same --out folder (shared filesystem, or s3:// / gs://); the last part to
+# finish merges. Every engine (this array, --engine local, --engine ray: launch_ray_slurm.sh) writes
+# the same planned shards with the same per-shard function: for the same --num-parts, the same bytes.
 #
 #   sbatch --array=0-7 preprocess/launch_multipart.sh k400 /data/k400 /data/shards/k400 k400
 #

@@ -7,6 +7,7 @@ import shutil
 
 import pyarrow as pa
 import pytest
+from fixtures import shard_paths
 from test_preprocess_layouts import make_ucf101
 
 from moquad.config import PreprocessConfig
@@ -38,7 +39,7 @@ def test_readers_and_schema(clean):
     table = store.read_manifest(clean, "train")
     assert table.schema.equals(store.MANIFEST_SCHEMA)
     assert table.num_rows == info["splits"]["train"]
-    paths = M.shard_paths(clean, "train")
+    paths = shard_paths(clean, "train")
     assert paths == sorted(paths) and all(p.is_file() and p.name.startswith("train-000-") for p in paths)
     assert store.read_errors(clean).num_rows == 0
     with pytest.raises(FileNotFoundError, match="available: test, train"):
@@ -75,7 +76,7 @@ def test_verify_detects_wrong_offsets_and_frame_index(copy):
 
 
 def test_verify_detects_missing_orphan_and_leftovers(copy):
-    shards = M.shard_paths(copy, "train")
+    shards = shard_paths(copy, "train")
     shards[0].unlink()
     shutil.copy(shards[1], copy / "shards" / "train-009-000000.tar")
     (copy / "shards" / "test-000-000007.tar.tmp").write_bytes(b"half")

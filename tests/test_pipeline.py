@@ -281,7 +281,7 @@ def preprocessed(synth_root, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("prep")
     preprocess(PreprocessConfig(dataset="ucf101", root=str(synth_root), out=str(out), short_side=32, workers=1,
-                                shard_size=60_000), quiet=True)
+                                shard_size=30_000), quiet=True)  # source bytes: several shards
     return out
 
 

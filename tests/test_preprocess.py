@@ -14,16 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import webdataset as wds
+from fixtures import shard_paths
 from test_preprocess_layouts import make_hmdb51, make_k400, make_ssv2, make_ucf101, pyav_count
 
 from moquad.config import PreprocessConfig
 from moquad.data.store import SCHEMA_VERSION, Split, decode_frames, read_errors, read_info, read_manifest
-from moquad.preprocess.manifest import shard_paths, verify
+from moquad.preprocess.manifest import verify
 from moquad.preprocess.run import merge, preprocess
 
 
 def _cfg(root, out, **kw) -> PreprocessConfig:
-    base = dict(dataset="ucf101", root=str(root), out=str(out), short_side=32, workers=1, shard_size=400_000)
+    base = dict(dataset="ucf101", root=str(root), out=str(out), short_side=32, workers=1, shard_size=2_000_000)
     return PreprocessConfig(**{**base, **kw})
 
 
@@ -250,12 +251,12 @@ def _crashy_work(video, *args):
 
 
 def test_a_worker_crash_is_one_error_row_not_a_dead_run(ucf, tmp_path, monkeypatch):
-    import moquad.preprocess.run as run
+    import moquad.preprocess.engines as run
 
     root, single, _, _ = ucf
     global _real_work
-    _real_work = run._work
-    monkeypatch.setattr(run, "_work", _crashy_work)
+    _real_work = run.transcode_one
+    monkeypatch.setattr(run, "transcode_one", _crashy_work)
     s = preprocess(_cfg(root, tmp_path / "o", workers=2), quiet=True)
     assert s["ok"] == 7 and s["failed"] == 7
     errors = {r["video_id"]: r["reason"] for r in read_errors(tmp_path / "o").to_pylist()}

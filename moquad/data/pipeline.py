@@ -3,7 +3,7 @@
 Per rank and epoch, batch ``j`` (:class:`~moquad.data.sampler.EpochPlan`) is built by one DataLoader
 worker in small stages, all driven by the manifest (:class:`~moquad.data.store.Split`):
 
-    videos of batch j -> read payload by offset + xxh3 -> draw ViewParams (seed, epoch, video)
+    videos of batch j -> read payloads by offset (concurrently from a store) + xxh3 -> draw ViewParams (seeded per video: sampler.STREAMS)
       -> decode the frames the views use into the batch -> what the appearance op needs (ops.APPEARANCE_OPS:
       RAD donors, one frame of random other videos read by index, or the video's own frames)
       -> apply_views (here) or ship frames + parameters (augment_on_device)
@@ -109,6 +109,7 @@ class EpochBatches(Dataset):
             count = max(cfg.donors_per_sample * self.plan.per_rank, cfg.rad_k ** 2 + 1)
             pool = donor_pool(split, count, cell_size(cfg), stream("donors", cfg.seed, self.epoch, j, self.rank))
         rows = [int(i) for i in self.plan.batch(j, self.rank)]
+        split.prefetch(rows)  # the batch's payloads read concurrently (an object store's latency overlaps)
         spares = self.plan.spares(j, self.rank)
         bad: list[dict[str, str]] = []
         drawn = [self._draw(i, j, pool, spares, bad) for i in rows]

@@ -70,9 +70,7 @@ def uniform_clips(num_frames: int, frames: int, dilation: int, num_clips: int) -
 def draw_speeds(num_frames: int, frames: int, dilations: Sequence[int],
                 rng: np.random.Generator) -> tuple[int, int, str]:
     """``(n, m, rule)`` for one video (module docstring): ``rule`` is speed, reverse or stretch."""
-    values = sorted(set(int(d) for d in dilations))
-    if not values or values[0] < 1:
-        raise ValueError(f"dilations must be positive, got {tuple(dilations)}; set loader.dilations, e.g. [1, 2, 4]")
+    values = sorted(set(int(d) for d in dilations))  # non-empty and positive: moquad.config checks them
     fit = fitting(num_frames, frames, values)
     if len(fit) >= 2:
         i, j = rng.choice(len(fit), size=2, replace=False)

@@ -5,8 +5,9 @@ feature extraction, the linear probe, fine-tuning, ``cam``, ``info`` and ``verif
 
 A :class:`Split` holds one split's manifest as flat numpy arrays (cheap to send to DataLoader
 workers) and reads by offset: a sample is ONE read of ``(shard, jpgs_offset, jpgs_size)``
-(:func:`read_bytes`, the single place where a remote byte-range store would plug in), checked
-against its sha256; a frame is one read of its byte range. The manifest is the dataset: files it
+(:func:`read_bytes`, the single place that touches sample bytes: a ``pread`` locally, ONE ranged GET
+on an object store, see :mod:`moquad.objstore`), checked against its xxh3; a frame is one read of its
+byte range. ``data_dir`` is a folder or a URL (``s3://bucket/prefix``, ``gs://``, ``http(s)://``). The manifest is the dataset: files it
 does not name are never opened, and a shard it names that is missing or too short is an error at
 start-up (:meth:`Split.check_shards`).
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,10 +26,11 @@ import pyarrow.parquet as pq
 import simplejpeg
 import xxhash
 
+from moquad import objstore
 from moquad.errors import MoquadError
+from moquad.objstore import Location, join
 
-SCHEMA_VERSION = 2  # 2 added the xxh3 column; version 1 datasets are read too (checked with sha256)
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 2  # the version this moquad writes and reads
 MANIFEST_SCHEMA = pa.schema(
     [
         ("video_id", pa.string()),
@@ -46,7 +47,7 @@ MANIFEST_SCHEMA = pa.schema(
         ("width", pa.int32()),
         ("height", pa.int32()),
         ("frame_offsets", pa.list_(pa.int64())),
-        ("checksum", pa.string()),  # sha256 of the payload (verify, provenance)
+        ("checksum", pa.string()),  # sha256 of the payload (provenance; verify checks it too)
         ("xxh3", pa.string()),  # xxh3-128 of the payload: checked on every read by the loader (~50x cheaper)
     ]
 )
@@ -62,46 +63,66 @@ class BadSample(Exception):
 # ---------------------------------------------------------------- dataset.json and manifests
 
 
-def read_info(data_dir: str | Path) -> dict[str, Any]:
-    """``dataset.json`` (name, classes, split sizes, settings), refusing other schema versions."""
-    path = Path(data_dir) / "dataset.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; run `moquad preprocess ... --out {data_dir}` first "
-                                "(or `--merge` when the parts ran separately)")
+def _read(path: Location, what: str) -> bytes:
+    """A whole metadata file of the dataset; a store that stays unreachable is one error line."""
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
+        return objstore.read_all(path)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise MoquadError(f"cannot read {path} ({str(e).splitlines()[0]}); check the URL, the network "
+                          f"and the store's credentials (standard environment / config chain) for {what}") from None
+
+
+def read_info(data_dir: Location) -> dict[str, Any]:
+    """``dataset.json`` (name, classes, split sizes, settings), refusing other schema versions."""
+    path = join(data_dir, "dataset.json")
+    try:
+        raw = _read(path, "dataset.json")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found; run `moquad preprocess ... --out {data_dir}` first "
+                                "(or `--merge` when the parts ran separately)") from None
+    try:
+        info = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise MoquadError(f"{path} is not valid JSON ({e}); re-run `moquad preprocess ... --merge`") from None
-    if info.get("schema_version") not in READABLE_VERSIONS:
+    if info.get("schema_version") != SCHEMA_VERSION:
         raise MoquadError(f"{path} has schema version {info.get('schema_version')}, this moquad reads "
-                          f"{', '.join(map(str, READABLE_VERSIONS))}; re-run `moquad preprocess` with this version")
+                          f"{SCHEMA_VERSION}; re-run `moquad preprocess` with this version")
     return info
 
 
-def classes(data_dir: str | Path) -> list[str]:
+def classes(data_dir: Location) -> list[str]:
     """Class names in label order."""
     return list(read_info(data_dir).get("classes") or [])
 
 
-def read_manifest(data_dir: str | Path, split: str) -> pa.Table:
+def _parquet(path: Location) -> pa.Table:
+    return pq.read_table(pa.BufferReader(_read(path, "the manifests")))
+
+
+def read_manifest(data_dir: Location, split: str) -> pa.Table:
     """The merged manifest of ``split`` (one row per video)."""
-    path = Path(data_dir) / "manifests" / f"{split}.parquet"
-    if not path.is_file():
-        have = sorted(p.stem for p in (Path(data_dir) / "manifests").glob("*.parquet") if p.stem != "errors")
-        raise FileNotFoundError(f"no manifest for split {split!r} in {data_dir}; available: {', '.join(have) or 'none'}")
-    table = pq.read_table(path)
-    if "xxh3" not in table.column_names:  # schema version 1
-        table = table.append_column("xxh3", pa.nulls(table.num_rows, pa.string()))
+    path = join(data_dir, "manifests", f"{split}.parquet")
+    try:
+        table = _parquet(path)
+    except FileNotFoundError:
+        have = sorted(n[: -len(".parquet")] for n in objstore.listdir(join(data_dir, "manifests"))
+                      if n.endswith(".parquet") and n != "errors.parquet")
+        raise FileNotFoundError(f"no manifest for split {split!r} in {data_dir}; "
+                                f"available: {', '.join(have) or 'none'}") from None
     missing = [c for c in MANIFEST_SCHEMA.names if c not in table.column_names]
     if missing:
         raise MoquadError(f"{path} lacks the columns {', '.join(missing)}; re-run `moquad preprocess` with this version")
     return table.select(MANIFEST_SCHEMA.names).cast(MANIFEST_SCHEMA)
 
 
-def read_errors(data_dir: str | Path) -> pa.Table:
+def read_errors(data_dir: Location) -> pa.Table:
     """``manifests/errors.parquet`` (inputs that were not written, with the reason); empty when absent."""
-    path = Path(data_dir) / "manifests" / "errors.parquet"
-    return pq.read_table(path).cast(ERRORS_SCHEMA) if path.is_file() else ERRORS_SCHEMA.empty_table()
+    try:
+        return _parquet(join(data_dir, "manifests", "errors.parquet")).cast(ERRORS_SCHEMA)
+    except FileNotFoundError:
+        return ERRORS_SCHEMA.empty_table()
 
 
 def manifest_checksum(table: pa.Table) -> str:
@@ -121,12 +142,24 @@ def manifest_checksum(table: pa.Table) -> str:
 # ---------------------------------------------------------------- bytes and frames
 
 
-def read_bytes(path: str | Path, offset: int, size: int) -> bytes:
-    """``size`` bytes of ``path`` at ``offset``: ONE read (the hook for a remote byte-range store)."""
+def read_bytes(path: Location, offset: int, size: int) -> bytes:
+    """``size`` bytes of ``path`` at ``offset``: ONE read (``pread``, or one ranged GET on a store).
+
+    A store's transient failures are retried inside (:func:`moquad.objstore.with_retries`); what
+    stays unreadable is a BadSample, so the loader replaces the sample.
+    """
     if offset < 0 or size < 0:
         raise BadSample(f"invalid byte range ({offset}, {size})")
-    with open(path, "rb", buffering=0) as f:
-        data = os.pread(f.fileno(), size, offset)
+    try:
+        data = objstore.read_range(path, offset, size)
+    except OSError as e:
+        if not objstore.is_url(path):
+            raise
+        raise BadSample(f"unreadable after retries: {str(e).splitlines()[0][:200]}") from None
+    return _checked_length(data, offset, size)
+
+
+def _checked_length(data: bytes, offset: int, size: int) -> bytes:
     if len(data) != size:
         raise BadSample(f"short read: {len(data)} of {size} bytes at offset {offset}")
     return data
@@ -157,9 +190,10 @@ def decode_frames(payload: bytes, frame_offsets: Sequence[int], indices: Sequenc
 class Split:
     """One split's manifest as numpy arrays, with readers of its samples by offset."""
 
-    def __init__(self, data_dir: str | Path, split: str = "train") -> None:
+    def __init__(self, data_dir: Location, split: str = "train") -> None:
         table = read_manifest(data_dir, split)
-        self.data_dir, self.split = Path(data_dir), split
+        self.data_dir, self.split = data_dir if objstore.is_url(data_dir) else Path(data_dir), split
+        self._prefetched: dict[int, bytes | Exception] = {}
         self.video_id = np.asarray(table.column("video_id").to_pylist(), dtype=object)
         self.label = table.column("label").to_numpy().astype(np.int64)
         self.class_name = table.column("class_name").to_pylist()
@@ -182,8 +216,8 @@ class Split:
     def __len__(self) -> int:
         return len(self.video_id)
 
-    def shard_path(self, i: int) -> Path:
-        return self.data_dir / self.shards[int(self.shard[i])]
+    def shard_path(self, i: int) -> Location:
+        return join(self.data_dir, self.shards[int(self.shard[i])])
 
     def frame_offsets(self, i: int) -> np.ndarray:
         """``num_frames + 1`` byte offsets of video ``i``'s frames inside its payload."""
@@ -194,30 +228,62 @@ class Split:
         """Every shard the manifest names exists and is long enough, else ONE error pointing to verify."""
         need = np.zeros(len(self.shards), dtype=np.int64)
         np.maximum.at(need, self.shard, self.offset + self.size)
+        sizes = self._shard_sizes()
         for s, name in enumerate(self.shards):
-            path = self.data_dir / name
             videos = int((self.shard == s).sum())
-            if not path.is_file():
+            if sizes.get(name) is None:
                 raise MoquadError(f"shard {name} named by manifests/{self.split}.parquet is missing ({videos} "
                                   f"videos); run `moquad verify {self.data_dir}` and re-run `moquad preprocess`")
-            if path.stat().st_size < need[s]:
-                raise MoquadError(f"shard {name} is shorter ({path.stat().st_size} bytes) than its manifest says "
+            if sizes[name] < need[s]:
+                raise MoquadError(f"shard {name} is shorter ({sizes[name]} bytes) than its manifest says "
                                   f"(>= {need[s]}); run `moquad verify {self.data_dir}`")
 
+    def _shard_sizes(self) -> dict[str, int | None]:
+        """Size of every shard the manifest names (one listing per folder on a store, a stat per file locally)."""
+        if not objstore.is_url(self.data_dir) or str(self.data_dir).startswith("http"):
+            return {name: objstore.size(join(self.data_dir, name)) for name in self.shards}
+        listed: dict[str, dict[str, int]] = {}
+        out: dict[str, int | None] = {}
+        for name in self.shards:
+            folder, _, base = name.rpartition("/")
+            if folder not in listed:
+                listed[folder] = objstore.listdir(join(self.data_dir, folder) if folder else self.data_dir)
+            out[name] = listed[folder].get(base)
+        return out
+
+    def prefetch(self, rows: Sequence[int]) -> None:
+        """Read the payloads of ``rows`` concurrently (a store's latency overlaps); :meth:`payload` takes them."""
+        if not objstore.is_url(self.data_dir):
+            return  # a local pread is fast: read when used
+        rows = [int(i) for i in rows if int(i) not in self._prefetched]
+        reads = objstore.concurrently(lambda i: read_bytes(self.shard_path(i), int(self.offset[i]), int(self.size[i])),
+                                      rows)
+        self._prefetched.update(zip(rows, reads))
+
     def payload(self, i: int, verify: bool = True) -> bytes:
-        """Video ``i``'s concatenated JPEGs: one read, checked unless ``verify=False`` (xxh3, else sha256)."""
-        data = read_bytes(self.shard_path(i), int(self.offset[i]), int(self.size[i]))
-        if verify:
-            ok = xxhash.xxh3_128_hexdigest(data) == self.xxh3[i] if self.xxh3[i] else \
-                hashlib.sha256(data).hexdigest() == self.checksum[i]
-            if not ok:
-                raise BadSample("checksum mismatch")
+        """Video ``i``'s concatenated JPEGs: one read (or what :meth:`prefetch` read), xxh3-checked unless
+        ``verify=False``."""
+        got = self._prefetched.pop(int(i), None)
+        if isinstance(got, Exception):
+            raise got
+        data = got if got is not None else read_bytes(self.shard_path(i), int(self.offset[i]), int(self.size[i]))
+        if verify and xxhash.xxh3_128_hexdigest(data) != self.xxh3[i]:
+            raise BadSample("checksum mismatch")
         return data
 
     def frame_bytes(self, i: int, f: int) -> bytes:
         """The JPEG bytes of frame ``f`` of video ``i`` (one small read; donors and evaluation)."""
         fo = self.frame_offsets(i)
         return read_bytes(self.shard_path(i), int(self.offset[i] + fo[f]), int(fo[f + 1] - fo[f]))
+
+    def frame_bytes_many(self, picks: Sequence[tuple[int, int]]) -> list[bytes | Exception]:
+        """:meth:`frame_bytes` of several (video, frame) pairs (RAD donors): concurrent on a store, in turn
+        locally; a failed read is returned in its place."""
+        def read(p: tuple[int, int]) -> bytes:
+            return self.frame_bytes(*p)
+        if objstore.is_url(self.data_dir):
+            return objstore.concurrently(read, picks)
+        return [objstore.concurrently(read, [p])[0] for p in picks]
 
     def read_frames(self, i: int, indices: Sequence[int]) -> np.ndarray:
         """Decode frames ``indices`` (any order, repeats allowed) of video ``i`` -> uint8 (T, H, W, 3).

@@ -2,13 +2,16 @@
 
 Modes (``LoaderConfig.mode``), views in this order:
   - ``moquad``: ``anchor`` (dilation n), ``ad_pos`` (another clip at n, then the appearance
-    disturbance; named ``pos`` and left plain when ``ad_pos=False``), ``intra_neg`` (motion
-    disturbed: dilation m for ``speed``), ``ad_intra_neg`` (another motion-disturbed clip, then the
-    appearance disturbance). ``intra_neg`` / ``ad_intra_neg`` can be switched off (paper Table 4);
-    with all three switches off this is the SimCLR base of the ladder (anchor + plain positive).
+    disturbance; named ``pos`` and left plain when ``ad_pos=False``), then per motion op of
+    ``motion_ops`` (:data:`moquad.data.ops.MOTION_OPS`) an ``intra_neg`` (motion disturbed: dilation m
+    for ``speed``) and an ``ad_intra_neg`` (another motion-disturbed clip, then the appearance
+    disturbance); the second op's are ``intra_neg:OP`` / ``ad_intra_neg:OP``. ``intra_neg`` /
+    ``ad_intra_neg`` can be switched off (paper Table 4); with all three switches off this is the
+    SimCLR base of the ladder (anchor + plain positive).
   - ``appearance`` (warm-up task, Eq. 3): ``clip_n, clip_m``: clips at dilations ``n != m``.
   - ``pair`` (classic SimCLR): ``clip1, clip2``: two random clips at ``simclr_dilation``.
-Every clip has its own random start and its own spatial augmentation (crop box, flip, colour ops).
+Every clip has its own random start and its own spatial augmentation (crop box, colour ops); flips follow
+``LoaderConfig.flip`` (:data:`moquad.data.ops.FLIP_POLICIES`: per view, one per video, or none).
 Speeds and short videos follow :mod:`moquad.data.sampling`.
 
 The parameters are the whole randomness: frame indices, crop boxes, flips, colour operations, lambda

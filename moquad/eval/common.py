@@ -10,6 +10,7 @@ from torch import nn
 
 from moquad import dist
 from moquad.config import EvalConfig
+from moquad.objstore import is_url
 
 
 def resolve_device(name: str) -> torch.device:
@@ -49,7 +50,7 @@ def check_inputs(cfg: EvalConfig) -> None:
     """Clear errors for the settings every evaluation needs."""
     if not cfg.data:
         raise ValueError("no data folder given; pass --data DIR (the output of `moquad preprocess`)")
-    if not Path(cfg.data).is_dir():
+    if not is_url(cfg.data) and not Path(cfg.data).is_dir():
         raise FileNotFoundError(f"data folder {cfg.data} not found; pass --data DIR from `moquad preprocess`")
     if not cfg.checkpoint:
         raise ValueError("no checkpoint given; pass --checkpoint RUN/checkpoints/last.pt")

@@ -49,6 +49,7 @@ from moquad.eval.common import (
     sha256_file,
     snapshot,
 )
+from moquad.objstore import is_url
 from moquad.train.checkpoint import load_model
 
 META_KEY = b"moquad"
@@ -156,7 +157,7 @@ def extract(cfg: EvalConfig, split: str, *, force: bool = False) -> Path:
         "checkpoint_sha256": sha256_file(cfg.checkpoint),
         "manifest_checksum": data.checksum_value,
         "checkpoint": str(Path(cfg.checkpoint).resolve()),
-        "data": str(Path(cfg.data).resolve()),
+        "data": cfg.data if is_url(cfg.data) else str(Path(cfg.data).resolve()),
         "videos": len(data),
         "moquad_version": getattr(moquad, "__version__", None),
     }

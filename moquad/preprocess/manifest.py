@@ -1,7 +1,8 @@
 """Manifest schema (manifests/SCHEMA.md), atomic Parquet I/O, readers and ``verify``.
 
 Per-part progress lives in ``DIR/manifests/parts/``: one record per committed shard
-(``{split}-{part:03d}-{n:06d}.parquet``), error records (``errors-{part:03d}-{n:06d}.parquet``),
+(``{split}-{part:03d}-{n:06d}.parquet``), that shard's error rows (``errors-{split}-{part:03d}-{n:06d}.parquet``),
+the error rows known from the listing (``errors-_listing-{part:03d}-000000.parquet``),
 the part's settings (``config-{part:03d}.json``) and, once a part finished, ``done-{part:03d}.json``.
 Merging concatenates the records into ``manifests/{split}.parquet`` and ``errors.parquet``.
 """
@@ -9,6 +10,7 @@ Merging concatenates the records into ``manifests/{split}.parquet`` and ``errors
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 import tarfile
@@ -19,8 +21,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from moquad import objstore
 from moquad.data.store import ERRORS_SCHEMA, MANIFEST_SCHEMA, read_errors, read_info, read_manifest
 from moquad.io import atomic_write_bytes
+from moquad.objstore import Location
 
 # fields of a manifest row that only the shard writer knows (not in the sample's .json)
 WRITER_FIELDS = ("shard", "offset", "jpgs_offset")
@@ -57,9 +61,9 @@ def write_record(data_dir: str | Path, split: str, part: int, index: int, rows: 
     write_table(table, parts_dir(data_dir) / f"{split}-{part:03d}-{index:06d}.parquet")
 
 
-def write_error_record(data_dir: str | Path, part: int, index: int, rows: list[dict[str, Any]]) -> None:
-    write_table(pa.Table.from_pylist(rows, schema=ERRORS_SCHEMA),
-                parts_dir(data_dir) / f"errors-{part:03d}-{index:06d}.parquet")
+def write_error_record(data_dir: str | Path, stem: str, rows: list[dict[str, Any]]) -> None:
+    """The error rows of shard ``stem`` (``{split}-{part:03d}-{n:06d}``), or of a part's listing (``_listing-{part:03d}-000000``)."""
+    write_table(pa.Table.from_pylist(rows, schema=ERRORS_SCHEMA), parts_dir(data_dir) / f"errors-{stem}.parquet")
 
 
 def read_records(data_dir: str | Path, part: int | None = None) -> tuple[pa.Table, pa.Table]:
@@ -72,15 +76,6 @@ def read_records(data_dir: str | Path, part: int | None = None) -> tuple[pa.Tabl
     ok_t = pa.concat_tables(ok).cast(MANIFEST_SCHEMA) if ok else MANIFEST_SCHEMA.empty_table()
     bad_t = pa.concat_tables(bad).cast(ERRORS_SCHEMA) if bad else ERRORS_SCHEMA.empty_table()
     return ok_t, bad_t
-
-
-# ---------------------------------------------------------------- readers (public contract)
-
-
-def shard_paths(data_dir: str | Path, split: str) -> list[Path]:
-    """Sorted absolute paths of the shards that hold ``split`` (from its manifest)."""
-    table = read_manifest(data_dir, split)
-    return sorted({Path(data_dir) / s for s in table.column("shard").to_pylist()})
 
 
 # ---------------------------------------------------------------- verify
@@ -128,7 +123,7 @@ def _check_sample(
             return
 
 
-def _check_manifests(problems: list[str], data_dir: Path, info: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+def _check_manifests(problems: list[str], data_dir: Location, info: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     """Check each split's manifest (row count, duplicate ids, split, labels); return shard -> key -> row."""
     rows_by_shard: dict[str, dict[str, dict[str, Any]]] = {}
     seen: set[str] = set()
@@ -162,11 +157,12 @@ def _check_row(problems: list[str], split: str, row: dict[str, Any], classes: li
                         "match dataset.json classes")
 
 
-def _check_shard_files(problems: list[str], data_dir: Path, rows_by_shard: dict[str, dict]) -> set[str]:
+def _check_shard_files(problems: list[str], data_dir: Location, rows_by_shard: dict[str, dict]) -> set[str]:
     """Leftover temp files, shards the manifests name but the disk lacks, and the reverse; returns shards on both."""
-    on_disk = {f"shards/{p.name}" for p in (data_dir / "shards").glob("*.tar")}
-    for leftover in sorted((data_dir / "shards").glob("*.tmp")):
-        problems.append(f"leftover temp file shards/{leftover.name} (an interrupted run; re-run preprocess)")
+    listed = objstore.listdir(objstore.join(data_dir, "shards"))
+    on_disk = {f"shards/{name}" for name in listed if name.endswith(".tar")}
+    for leftover in sorted(name for name in listed if name.endswith(".tmp")):
+        problems.append(f"leftover temp file shards/{leftover} (an interrupted run; re-run preprocess)")
     for shard in sorted(set(rows_by_shard) - on_disk):
         problems.append(f"missing shard {shard} ({len(rows_by_shard[shard])} videos in the manifest)")
     for shard in sorted(on_disk - set(rows_by_shard)):
@@ -174,11 +170,18 @@ def _check_shard_files(problems: list[str], data_dir: Path, rows_by_shard: dict[
     return set(rows_by_shard) & on_disk
 
 
-def _check_shard(problems: list[str], data_dir: Path, shard: str, rows: dict[str, dict[str, Any]]) -> None:
+def _open_shard(data_dir: Location, shard: str) -> Any:
+    """A local shard as a file; a remote one read whole into memory (verify reads every byte anyway)."""
+    loc = objstore.join(data_dir, shard)
+    return io.BytesIO(objstore.read_all(loc)) if objstore.is_url(loc) else open(loc, "rb")  # noqa: SIM115
+
+
+def _check_shard(problems: list[str], data_dir: Location, shard: str, rows: dict[str, dict[str, Any]]) -> None:
     """Every sample of one shard against its manifest row; orphan and missing samples."""
     members: dict[str, dict[str, tarfile.TarInfo]] = {}
     try:
-        with tarfile.open(data_dir / shard, "r:") as tar:
+        f = _open_shard(data_dir, shard)
+        with tarfile.open(fileobj=f, mode="r:") as tar:
             for m in tar:
                 key, _, ext = m.name.partition(".")
                 members.setdefault(key, {})[ext] = m
@@ -187,7 +190,7 @@ def _check_shard(problems: list[str], data_dir: Path, shard: str, rows: dict[str
         return
     for key in sorted(set(members) - set(rows)):
         problems.append(f"{shard}: orphan sample {key} (not in the manifest)")
-    with open(data_dir / shard, "rb") as f:
+    with f:
         for key, row in rows.items():
             if key not in members:
                 problems.append(f"{shard}: missing sample {key} ({row['video_id']})")
@@ -195,15 +198,15 @@ def _check_shard(problems: list[str], data_dir: Path, shard: str, rows: dict[str
             _check_sample(problems, shard, row, members[key].get("json"), members[key].get("jpgs"), f)
 
 
-def verify(data_dir: str | Path) -> list[str]:
+def verify(data_dir: Location) -> list[str]:
     """Re-read every shard and check it against the manifests; returns problems (empty = ok).
 
-    Checks offsets, sizes, sha256 checksums, frame index (count, bounds, JPEG markers),
+    Checks offsets, sizes, checksums (sha256 and xxh3), frame index (count, bounds, JPEG markers),
     sample JSON vs manifest row, labels vs classes, duplicate ids, ids also in errors.parquet,
     missing shards/samples and orphan shards/samples, split sizes in dataset.json and leftover
     temp files.
     """
-    data_dir = Path(data_dir)
+    data_dir = data_dir if objstore.is_url(data_dir) else Path(data_dir)
     problems: list[str] = []
     try:
         info = read_info(data_dir)

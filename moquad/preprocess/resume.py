@@ -10,13 +10,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from moquad.config import PreprocessConfig, to_dict
 from moquad.errors import disk_errors
 from moquad.preprocess import manifest
 from moquad.preprocess.datasets import Listing
 
 # settings that may differ between runs of the same output (machine-specific, not data-defining)
-_LOCAL_FIELDS = ("workers", "part", "out", "root")
+_LOCAL_FIELDS = ("workers", "part", "out", "root", "engine", "ray_address")
 
 
 def _settings(cfg: PreprocessConfig, encoder: str) -> dict[str, Any]:
@@ -47,10 +49,10 @@ def prepare(out: Path, cfg: PreprocessConfig, listing: Listing, encoder: str, sp
         (out / "shards").mkdir(parents=True, exist_ok=True)
 
 
-def state(out: Path, part: int) -> tuple[dict[str, str], dict[str, int], int]:
-    """Clean this part's uncommitted files; return done id -> split, next shard index per split, next error index."""
+def state(out: Path, part: int) -> tuple[dict[str, str], dict[str, set[str]]]:
+    """Clean this part's uncommitted files; return done id -> split, and recorded shard stem -> its video ids."""
     pdir = manifest.parts_dir(out)
-    recorded = {f.stem for f in pdir.glob(f"*-{part:03d}-*.parquet")}
+    recorded = {f.stem for f in pdir.glob(f"*-{part:03d}-*.parquet") if not f.name.startswith("errors-")}
     with disk_errors(out / "shards"):
         for tmp in (out / "shards").glob(f"*-{part:03d}-*.tmp"):
             tmp.unlink()
@@ -60,12 +62,11 @@ def state(out: Path, part: int) -> tuple[dict[str, str], dict[str, int], int]:
     ok, bad = manifest.read_records(out, part)
     done = dict(zip(bad.column("video_id").to_pylist(), bad.column("split").to_pylist()))
     done.update(zip(ok.column("video_id").to_pylist(), ok.column("split").to_pylist()))
-    next_shard: dict[str, int] = {}
-    next_err = 0
-    for stem in recorded:
-        split, _, idx = stem.rsplit("-", 2)
-        if split == "errors":
-            next_err = max(next_err, int(idx) + 1)
-        else:
-            next_shard[split] = max(next_shard.get(split, 0), int(idx) + 1)
-    return done, next_shard, next_err
+    videos: dict[str, set[str]] = {stem: set() for stem in recorded}
+    for shard, vid in zip(ok.column("shard").to_pylist(), ok.column("video_id").to_pylist()):
+        videos.setdefault(Path(shard).stem, set()).add(vid)
+    for f in pdir.glob(f"errors-*-{part:03d}-*.parquet"):
+        stem = f.stem.removeprefix("errors-")
+        if stem in videos:
+            videos[stem] |= set(pq.read_table(f, columns=["video_id"]).column("video_id").to_pylist())
+    return done, videos

@@ -1,43 +1,45 @@
 """``moquad preprocess``: list a dataset, transcode every video, write shards and manifests.
 
 Flow: adapter listing -> seeded shuffle per split -> ``--limit`` -> this part's share
-(``videos[part::num_parts]``) -> skip what earlier runs of this part committed (resume) ->
-a process pool transcodes videos (ffmpeg runs in the workers) -> the main process writes shards
-in submission order -> per-part records -> ``merge`` writes the combined manifests and
-``dataset.json`` once every part is done (automatically when this run finishes the last part).
+(``videos[part::num_parts]``) -> the shard plan (``shardplan``: which videos go to which shard) ->
+skip the shards earlier runs committed (resume) -> an engine (``engines.ENGINES``: a local process
+pool, or Ray tasks) writes the others -> ``merge`` writes the combined manifests and ``dataset.json``
+once every part is done (automatically when this run finishes the last part).
+
+``--out`` may be an object-store URL: records are kept in a local staging folder, every shard and
+record is uploaded when committed, and the merged manifests and ``dataset.json`` go up last (the
+commit marker of the whole dataset).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
+import shutil
+import tempfile
 import time
-from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow.compute as pc
-import xxhash
 
-from moquad import __version__, lock
+from moquad import __version__, lock, objstore
 from moquad.config import PreprocessConfig
 from moquad.data.store import SCHEMA_VERSION
-from moquad.preprocess import manifest, resume, splits
+from moquad.preprocess import manifest, resume, shardplan, splits
 from moquad.preprocess.datasets import Listing, Video, list_dataset
-from moquad.preprocess.shards import ShardWriter
-from moquad.preprocess.summary import count, part_summary, print_run, print_summary
-from moquad.preprocess.transcode import VideoError, transcode
+from moquad.preprocess.engines import ENGINES
+from moquad.preprocess.summary import count, part_summary, print_run, print_summary, shard_bytes
 
 
 def _validate(cfg: PreprocessConfig) -> None:
     if not cfg.out:
         raise ValueError("no output folder; pass --out DIR")
+    if cfg.out.startswith(("http://", "https://")):
+        raise ValueError(f"--out {cfg.out}: http(s) is read-only; write to a folder, s3:// or gs://")
     if cfg.num_parts < 1 or not 0 <= cfg.part < cfg.num_parts:
         raise ValueError(f"--part {cfg.part} is outside 0..{cfg.num_parts - 1} (--num-parts {cfg.num_parts})")
     if cfg.short_side is not None and cfg.short_side != 0 and cfg.short_side < 2:
@@ -81,175 +83,37 @@ def plan(listing: Listing, cfg: PreprocessConfig) -> dict[str, list[Video]]:
     return out
 
 
-def _work(video: Video, short_side: int | None, fps: float | None, quality: int, encoder: str,
-          threads: int = 0) -> tuple:
-    """Worker: transcode one video -> ("ok", row, jpgs) or ("error", reason)."""
+@contextmanager
+def staged(out: str) -> Iterator[tuple[Path, str | None]]:
+    """(local folder to write in, remote URL or None): a URL gets a temp staging folder holding its records."""
+    if not objstore.is_url(out):
+        yield Path(out).expanduser(), None
+        return
+    stage = Path(tempfile.mkdtemp(prefix="moquad-stage-"))
     try:
-        fr = transcode(video.path, short_side, fps, quality, encoder, threads=threads)  # type: ignore[arg-type]
-    except VideoError as e:
-        return ("error", str(e))
-    except Exception as e:  # noqa: BLE001 - a bad video never stops a run
-        return ("error", f"internal error: {type(e).__name__}: {e}")
-    row = {
-        "video_id": video.video_id, "split": video.split, "label": video.label, "class_name": video.class_name,
-        "source_path": str(video.path), "jpgs_size": len(fr.jpgs), "num_frames": fr.num_frames,
-        "fps": float(np.float32(fr.fps)), "width": fr.width, "height": fr.height,
-        "frame_offsets": fr.frame_offsets, "checksum": hashlib.sha256(fr.jpgs).hexdigest(),
-        "xxh3": xxhash.xxh3_128_hexdigest(fr.jpgs),
-    }
-    return ("ok", row, fr.jpgs)
+        pull_parts(out, stage)
+        yield stage, out.rstrip("/")
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
-def _isolated(video: Video, args: tuple) -> tuple:
-    """Re-run one video alone after the pool died; if it kills its process too, it is the culprit."""
-    with ProcessPoolExecutor(1) as ex:
-        try:
-            return ex.submit(_work, video, *args).result()
-        except BrokenProcessPool:
-            return ("error", "crashed the decoder: its worker process died (corrupt file?)")
+def pull_parts(remote: str, stage: Path) -> None:
+    """Copy the remote part records (``manifests/parts/``) into the staging folder."""
+    for name in objstore.listdir(objstore.join(remote, "manifests", "parts")):
+        objstore.download(str(objstore.join(remote, "manifests", "parts", name)), manifest.parts_dir(stage) / name)
 
 
-def _error_row(v: Video, reason: str) -> dict[str, Any]:
-    return {"source_path": str(v.path) if v.path else "", "video_id": v.video_id, "split": v.split, "reason": reason}
+def push(stage: Path, remote: str | None, rel: str) -> None:
+    if remote is not None:
+        objstore.upload(stage / rel, str(objstore.join(remote, rel)))
 
 
-def _todo(listing: Listing, todo_by_split: dict[str, list[Video]], done: dict[str, str],
-          part: int) -> tuple[list[Video], list[dict[str, Any]]]:
-    """The videos still to transcode, and the error rows known without transcoding (duplicates, missing)."""
-    errors: list[dict[str, Any]] = []
-    if part == 0:
-        errors += [_error_row(v, reason) for v, reason in listing.duplicates if v.video_id not in done]
-    work: list[Video] = []
-    for videos in todo_by_split.values():
-        for v in videos:
-            if v.video_id in done:
-                continue
-            if v.path is None:
-                errors.append(_error_row(v, "missing: listed in the annotations but not found under ROOT"))
-            else:
-                work.append(v)
-    return work, errors
-
-
-class _Sink:
-    """Where results go: one shard writer per split (opened on first use) and the error rows not yet recorded.
-
-    Error rows are recorded each time a shard commits and at the end, so whatever a kill -9 leaves
-    is whole records only: the re-run skips exactly the videos they name and redoes the rest.
-    """
-
-    def __init__(self, out: Path, part: int, shard_size: int, next_shard: dict[str, int], err_index: int,
-                 errors: list[dict[str, Any]]):
-        self.out, self.part, self.shard_size, self.next_shard = out, part, shard_size, next_shard
-        self.err_index, self.errors = err_index, errors
-        self.writers: dict[str, ShardWriter] = {}
-        self.n_ok = self.n_failed = 0
-
-    def add(self, v: Video, result: tuple) -> None:
-        """Write a transcoded video into its split's shard, or keep its error row."""
-        if result[0] != "ok":
-            self.errors.append(_error_row(v, result[1]))
-            self.n_failed += 1
-            return
-        if v.split not in self.writers:
-            self.writers[v.split] = ShardWriter(self.out, v.split, self.part, self.next_shard.get(v.split, 0),
-                                                self.shard_size)
-        w = self.writers[v.split]
-        before = w.index
-        w.add(result[1], result[2])
-        self.n_ok += 1
-        if w.index != before:  # a shard committed: record the errors seen so far too
-            self.flush_errors()
-
-    def flush_errors(self) -> None:
-        if self.errors:
-            manifest.write_error_record(self.out, self.part, self.err_index, self.errors)
-            self.err_index, self.errors = self.err_index + 1, []
-
-    def commit(self) -> None:
-        for w in self.writers.values():
-            w.commit()
-        self.flush_errors()
-
-    def abort(self) -> None:
-        for w in self.writers.values():
-            w.abort()
-
-
-class _Transcoder:
-    """Transcode videos in a process pool (or inline for one worker), yielding results in submission order.
-
-    A worker that dies (a decoder crash) breaks the whole pool: its video is re-run alone to name
-    the culprit, then a fresh pool takes over the videos still in flight.
-    """
-
-    def __init__(self, work: list[Video], workers: int, args: tuple):
-        self.workers, self.args, self._it = workers, args, iter(work)
-        self.pool = ProcessPoolExecutor(workers) if workers > 1 and len(work) > 1 else None
-        self.inflight: deque[tuple[Video, Future | None]] = deque()
-
-    def start(self) -> None:
-        """Queue the first videos; with a pool the workers fork here (call it before any thread starts)."""
-        for _ in range(self.workers * 4 if self.pool else 1):
-            self._submit()
-
-    def _submit(self) -> None:
-        v = next(self._it, None)
-        if v is not None:
-            self.inflight.append((v, self.pool.submit(_work, v, *self.args)) if self.pool else (v, None))
-
-    def __iter__(self) -> Iterator[tuple[Video, tuple]]:
-        while self.inflight:
-            v, fut = self.inflight.popleft()
-            try:
-                result = fut.result() if fut is not None else _work(v, *self.args)
-            except BrokenProcessPool:  # a worker died (e.g. a decoder crash): isolate, then go on
-                result = _isolated(v, self.args)
-                self.pool.shutdown(wait=True, cancel_futures=True)
-                self.pool = ProcessPoolExecutor(self.workers)
-                self.inflight = deque((u, self.pool.submit(_work, u, *self.args)) for u, _ in self.inflight)
-            self._submit()
-            yield v, result
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _progress(quiet: bool):
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]} videos/s"), TextColumn("ok {task.fields[ok]} failed {task.fields[failed]}"),
-        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), disable=quiet,
-    )
-
-
-def _transcode_all(jobs: _Transcoder, sink: _Sink, total: int, label: str, quiet: bool) -> None:
-    """Drain ``jobs`` into ``sink`` under a live bar; batch jobs (no terminal: SLURM logs) get a plain line a minute."""
-    jobs.start()  # workers fork here, before the progress thread
-    with _progress(quiet) as progress:
-        task = progress.add_task(label, total=total, rate="-", ok=0, failed=0)
-        start = last_log = time.perf_counter()
-        for v, result in jobs:
-            sink.add(v, result)
-            done_n = sink.n_ok + sink.n_failed
-            now = time.perf_counter()
-            rate = done_n / max(now - start, 1e-9)
-            progress.update(task, advance=1, rate=f"{rate:.1f}", ok=sink.n_ok, failed=sink.n_failed)
-            if not quiet and not progress.console.is_terminal and (now - last_log > 60 or done_n == total):
-                last_log = now
-                eta = (total - done_n) / max(rate, 1e-9)
-                progress.console.print(f"{done_n}/{total} videos, {rate:.1f} videos/s, ok {sink.n_ok}, "
-                                       f"failed {sink.n_failed}, ETA {eta / 60:.1f} min")
+def _listing_errors(stage: Path, remote: str | None, listing: Listing, part: int) -> None:
+    """Part 0 records the duplicates the listing found (idempotent: rewritten by every run)."""
+    if part == 0 and listing.duplicates:
+        stem = f"_listing-{part:03d}-000000"
+        manifest.write_error_record(stage, stem, [shardplan.error_row(v, r) for v, r in listing.duplicates])
+        push(stage, remote, f"manifests/parts/errors-{stem}.parquet")
 
 
 @lock.exclusive("preprocess")  # a second writer of this --out (and part) is refused
@@ -266,41 +130,44 @@ def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = F
     _validate(cfg)
     t0 = time.perf_counter()
     listing, split_record = list_and_split(cfg)
-    out = Path(cfg.out).expanduser()
-    resume.prepare(out, cfg, listing, encoder, split_record)
-    todo_by_split = plan(listing, cfg)
-    done, next_shard, err_index = resume.state(out, cfg.part)
-    splits.check_unmoved([v for vs in todo_by_split.values() for v in vs], done, out)
-    work, errors = _todo(listing, todo_by_split, done, cfg.part)
-    sink = _Sink(out, cfg.part, cfg.shard_size, next_shard, err_index, errors)
-    if threads is None:
-        threads = max(1, (os.cpu_count() or 1) // cfg.workers) if cfg.workers > 1 else 0
-    jobs = _Transcoder(work, cfg.workers, (cfg.short_side or None, cfg.fps, cfg.jpeg_quality, encoder, threads))
-    try:
-        _transcode_all(jobs, sink, len(work), f"{listing.name} part {cfg.part}/{cfg.num_parts}", quiet)
-        sink.commit()
-    except BaseException:
-        sink.abort()
-        raise
-    finally:
-        jobs.close()
-    names = set(split_record["videos"]) | {v.split for v in listing.videos + listing.missing}
-    summary = part_summary(out, cfg.part, names, time.perf_counter() - t0)
-    manifest.write_json(summary, manifest.parts_dir(out) / f"done-{cfg.part:03d}.json")
-    if all((manifest.parts_dir(out) / f"done-{p:03d}.json").is_file() for p in range(cfg.num_parts)):
-        summary["merged"] = merge(out, quiet=True)
+    with staged(cfg.out) as (out, remote):
+        resume.prepare(out, cfg, listing, encoder, split_record)
+        push(out, remote, f"manifests/parts/config-{cfg.part:03d}.json")
+        by_split = plan(listing, cfg)
+        plans = shardplan.plan_shards(by_split, cfg.part, cfg.shard_size)
+        done, recorded = resume.state(out, cfg.part)
+        splits.check_unmoved([v for vs in by_split.values() for v in vs], done, cfg.out)
+        shardplan.check_plan(plans, recorded, cfg.out)
+        _listing_errors(out, remote, listing, cfg.part)
+        if threads is None:
+            threads = max(1, (os.cpu_count() or 1) // cfg.workers) if cfg.workers > 1 else 0
+        args = (cfg.short_side or None, cfg.fps, cfg.jpeg_quality, encoder, threads)
+        ENGINES[cfg.engine]([sp for sp in plans if sp.stem not in recorded], out, remote, cfg, args,
+                            f"{listing.name} part {cfg.part}/{cfg.num_parts}", quiet)
+        if remote is not None:
+            pull_parts(remote, out)  # Ray tasks wrote their records only there
+        names = set(split_record["videos"]) | {v.split for v in listing.videos + listing.missing}
+        summary = part_summary(out, cfg.part, names, time.perf_counter() - t0, remote or out)
+        manifest.write_json(summary, manifest.parts_dir(out) / f"done-{cfg.part:03d}.json")
+        push(out, remote, f"manifests/parts/done-{cfg.part:03d}.json")
+        if all((manifest.parts_dir(out) / f"done-{p:03d}.json").is_file() for p in range(cfg.num_parts)):
+            summary["merged"] = _merge(out, remote, cfg.out, quiet=True)
     if not quiet:
-        print_run(summary, cfg, listing.name, out, split_record["method"])
+        print_run(summary, cfg, listing.name, summary["out"], split_record["method"])
     return summary
 
 
 def merge(out_dir: str | Path, *, quiet: bool = False) -> dict[str, Any]:
     """Combine every part's records into manifests/{split}.parquet, errors.parquet and dataset.json."""
-    out = Path(out_dir).expanduser()
+    with staged(str(out_dir)) as (out, remote):
+        return _merge(out, remote, str(out_dir), quiet=quiet)
+
+
+def _merge(out: Path, remote: str | None, where: str, *, quiet: bool) -> dict[str, Any]:
     pdir = manifest.parts_dir(out)
     configs = sorted(pdir.glob("config-*.json")) if pdir.is_dir() else []
     if not configs:
-        raise FileNotFoundError(f"{out} holds no preprocessing parts; run `moquad preprocess ... --out {out}` first")
+        raise FileNotFoundError(f"{where} holds no preprocessing parts; run `moquad preprocess ... --out {where}` first")
     meta = json.loads(configs[0].read_text())
     num_parts = meta["settings"]["num_parts"]
     missing = [p for p in range(num_parts) if not (pdir / f"done-{p:03d}.json").is_file()]
@@ -319,8 +186,10 @@ def merge(out_dir: str | Path, *, quiet: bool = False) -> dict[str, Any]:
         rows = ok.filter(pc.equal(ok.column("split"), split))
         rows = rows.sort_by([("shard", "ascending"), ("offset", "ascending")])
         manifest.write_table(rows, out / "manifests" / f"{split}.parquet")
+        push(out, remote, f"manifests/{split}.parquet")
     manifest.write_table(bad.sort_by([("split", "ascending"), ("video_id", "ascending")]),
                          out / "manifests" / "errors.parquet")
+    push(out, remote, "manifests/errors.parquet")
     counts = count(ok, bad)
     cfg_dict = dict(meta["config"])
     cfg_dict.update({"part": 0, "encoder": meta["settings"]["encoder"]})
@@ -329,8 +198,9 @@ def merge(out_dir: str | Path, *, quiet: bool = False) -> dict[str, Any]:
             "split": meta.get("split"), "preprocess": cfg_dict, "moquad_version": __version__,
             "counts": counts["splits"], "errors": counts["failed"], "missing": counts["missing"]}
     manifest.write_json(info, out / "dataset.json")
-    shard_bytes = sum(p.stat().st_size for p in (out / "shards").glob("*.tar"))
-    summary = {"out": str(out), **counts, "shard_bytes": shard_bytes, "wall_s": wall, "parts": num_parts}
+    push(out, remote, "dataset.json")  # last: the dataset's commit marker on a store
+    summary = {"out": str(remote or out), **counts, "shard_bytes": shard_bytes(remote or out), "wall_s": wall,
+               "parts": num_parts}
     if not quiet:
-        print_summary(summary, title=f"merged {num_parts} part(s) -> {out}")
+        print_summary(summary, title=f"merged {num_parts} part(s) -> {where}")
     return summary

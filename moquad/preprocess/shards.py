@@ -9,22 +9,14 @@ under a final name and no video is written twice.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
 import tarfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow.compute as pc
-import simplejpeg
-import xxhash
-
-from moquad import __version__
-from moquad.data.store import SCHEMA_VERSION, read_info
 from moquad.errors import disk_errors
 from moquad.preprocess import manifest
 from moquad.preprocess.manifest import sample_key
@@ -55,6 +47,8 @@ class ShardWriter:
         self._fh: io.BufferedWriter | None = None
         self._rows: list[dict[str, Any]] = []
         self.committed: list[str] = []  # relative shard paths written by this writer
+        # called with (shard path, rows) after the tar is renamed and before its record (an upload)
+        self.before_record: Callable[[str, list[dict[str, Any]]], None] | None = None
 
     @property
     def rel_path(self) -> str:
@@ -106,6 +100,8 @@ class ShardWriter:
             self._fh.close()
             os.replace(self._tmp, final)
         try:
+            if self.before_record is not None:
+                self.before_record(self.rel_path, self._rows)
             manifest.write_record(self.data_dir, self.split, self.part, self.index, self._rows)
         except BaseException:
             final.unlink(missing_ok=True)  # not recorded = not committed; its videos are redone
@@ -123,42 +119,3 @@ class ShardWriter:
                 pass  # a full disk refuses the last flush; the file is deleted anyway
             self._tmp.unlink(missing_ok=True)
         self._tar, self._fh, self._rows = None, None, []
-
-
-def write_frames(out: str | Path, videos: Iterable[tuple[str, np.ndarray | list[bytes], int]], *,
-                 split: str = "train", classes: Sequence[str], videos_per_shard: int = 64, quality: int = 90,
-                 fps: float = 25.0) -> Path:
-    """Write videos ``(video_id, frames, label)`` as one split of a dataset; ``frames`` is uint8 (T, H, W, 3) or
-    the list of its JPEG-encoded frames.
-
-    The same shards, manifest and dataset.json as ``moquad preprocess`` (without transcoding): for frames made
-    in memory (synthetic data, tests, benchmarks). Calling it again with another ``split`` adds that split.
-    """
-    out = Path(out)
-    writer = ShardWriter(out, split, 0, 0, max_bytes=1 << 40)
-    n = 0
-    for n, (video_id, frames, label) in enumerate(videos, start=1):
-        jpegs = frames if isinstance(frames, list) else \
-            [simplejpeg.encode_jpeg(np.ascontiguousarray(f), quality=quality) for f in frames]
-        height, width = simplejpeg.decode_jpeg_header(jpegs[0])[:2]
-        payload = b"".join(jpegs)
-        writer.add({
-            "video_id": video_id, "split": split, "label": int(label), "class_name": classes[int(label)],
-            "source_path": video_id, "jpgs_size": len(payload), "num_frames": len(jpegs), "fps": float(fps),
-            "width": int(width), "height": int(height),
-            "frame_offsets": np.concatenate([[0], np.cumsum([len(j) for j in jpegs])]).tolist(),
-            "checksum": hashlib.sha256(payload).hexdigest(), "xxh3": xxhash.xxh3_128_hexdigest(payload),
-        }, payload)
-        if n % videos_per_shard == 0:
-            writer.commit()
-    writer.commit()
-    ok, _ = manifest.read_records(out)
-    rows = ok.filter(pc.equal(ok.column("split"), split)).sort_by([("shard", "ascending"), ("offset", "ascending")])
-    manifest.write_table(rows, out / "manifests" / f"{split}.parquet")
-    info_path = out / "dataset.json"
-    info = read_info(out) if info_path.is_file() else {
-        "schema_version": SCHEMA_VERSION, "name": out.name, "classes": list(classes), "splits": {}, "preprocess": {},
-        "moquad_version": __version__}
-    info["splits"][split] = n
-    manifest.write_json(info, info_path)
-    return out

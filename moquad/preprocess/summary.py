@@ -7,7 +7,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from moquad import objstore
 from moquad.config import PreprocessConfig
+from moquad.objstore import Location
 from moquad.preprocess import manifest
 
 
@@ -27,15 +29,21 @@ def count(ok: pa.Table, bad: pa.Table) -> dict[str, Any]:
     return {"splits": dict(sorted(splits.items())), **totals}
 
 
-def part_summary(out: Path, part: int, split_names: set[str], wall: float) -> dict[str, Any]:
+def shard_bytes(out: Location, part: int | None = None) -> int:
+    """Bytes of the finished shards under ``out`` (a folder or a store URL), of one part or all."""
+    tag = f"-{part:03d}-" if part is not None else ""
+    return sum(size for name, size in objstore.listdir(objstore.join(out, "shards")).items()
+               if name.endswith(".tar") and (part is None or tag in name))
+
+
+def part_summary(stage: Path, part: int, split_names: set[str], wall: float, out: Location) -> dict[str, Any]:
     """This part's counts; ``splits_listed`` = every split of the listing (merge writes a manifest for each)."""
-    ok, bad = manifest.read_records(out, part)
-    shard_bytes = sum(p.stat().st_size for p in (out / "shards").glob(f"*-{part:03d}-*.tar"))
-    return {"out": str(out), "part": part, **count(ok, bad), "shard_bytes": shard_bytes,
+    ok, bad = manifest.read_records(stage, part)
+    return {"out": str(out), "part": part, **count(ok, bad), "shard_bytes": shard_bytes(out, part),
             "wall_s": round(wall, 3), "splits_listed": sorted(split_names)}
 
 
-def print_run(summary: dict[str, Any], cfg: PreprocessConfig, name: str, out: Path, split_method: str) -> None:
+def print_run(summary: dict[str, Any], cfg: PreprocessConfig, name: str, out: Location, split_method: str) -> None:
     """What a run prints at the end: its table, the merged table or how to merge, a no-test-split note."""
     print_summary(summary, title=f"{name} -> {out}" + (f" (part {cfg.part}/{cfg.num_parts})"
                                                        if cfg.num_parts > 1 else ""))
@@ -66,6 +74,7 @@ def print_summary(summary: dict[str, Any], title: str = "") -> None:
                   str(summary["frames"]), f"{summary['bytes'] / 1e6:.1f}", style="bold")
     table.caption = f"shards {summary.get('shard_bytes', 0) / 1e6:.1f} MB, wall {summary.get('wall_s', 0):.1f} s"
     if summary["failed"] or summary["missing"]:
-        where = Path(summary["out"]) / "manifests" / "errors.parquet" if summary.get("out") else "manifests/errors.parquet"
+        where = objstore.join(summary["out"], "manifests", "errors.parquet") if summary.get("out") else \
+            "manifests/errors.parquet"
         table.caption += f"\n{summary['failed'] + summary['missing']} input(s) skipped, each with its reason in {where}"
     Console().print(table)

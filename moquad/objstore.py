@@ -1,0 +1,240 @@
+"""Where dataset bytes live: a local folder or an object-store URL (``s3://``, ``gs://``, ``http(s)://``).
+
+One place turns a location into bytes: :func:`read_range` (a sample = ONE ranged GET on a store),
+:func:`read_all` (``dataset.json``, manifests), :func:`size`, :func:`listdir`, plus :func:`upload` for
+``moquad preprocess --out s3://...``. Object stores go through pyarrow's filesystems (pyarrow is
+already a dependency, and its S3/GCS clients read credentials from the standard chain: environment,
+``~/.aws``, instance roles; ``AWS_ENDPOINT_URL`` points at another S3-API server). http(s) is read-only
+through urllib. Nothing here logs or stores a credential.
+
+Failures a retry can cure (throttling, 5xx, timeouts, dropped connections) are retried with exponential
+backoff and jitter; each retry is logged and counted in :data:`STATS`. What stays unreadable raises
+:class:`OSError` for the caller (the loader's bad-sample path).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+log = logging.getLogger("moquad.objstore")
+Location = str | Path
+T = TypeVar("T")
+SCHEMES = ("s3", "gs", "gcs", "http", "https")
+ATTEMPTS = 6  # tries per request; backoff 0.1, 0.2, 0.4, 0.8, 1.6 s (+ jitter)
+THREADS = 16  # concurrent requests per process (hides per-request latency)
+STATS = {"requests": 0, "retries": 0, "bytes": 0}  # this process's counts (each DataLoader worker has its own)
+_NOT_RETRIED = ("ACCESS_DENIED", "AccessDenied", "NO_SUCH_BUCKET", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+               "past end of file")
+_lock = threading.Lock()
+_cache: dict[Any, Any] = {}  # (pid, kind, key) -> filesystem / open file; rebuilt after fork
+
+
+def is_url(loc: Location) -> bool:
+    """True for an object-store URL (``s3://``, ``gs://``, ``http(s)://``)."""
+    return isinstance(loc, str) and urlsplit(loc).scheme in SCHEMES
+
+
+def join(base: Location, *parts: str) -> Location:
+    """``base / parts``: a Path for a folder, a URL string for a store."""
+    if is_url(base):
+        return "/".join([str(base).rstrip("/"), *(p.strip("/") for p in parts)])
+    return Path(base).expanduser().joinpath(*parts)
+
+
+def reset() -> None:
+    """Forget this process's clients and open files (after the store's objects or endpoint changed)."""
+    with _lock:
+        _cache.clear()
+
+
+def local_or(loc: Location, name: str) -> Path:
+    """``loc / name`` for a folder; ``./name`` for a store URL (outputs are not written into the dataset)."""
+    return Path(name) if is_url(loc) else Path(loc).expanduser() / name
+
+
+def _cached(key: tuple, make: Callable[[], T]) -> T:
+    key = (os.getpid(), *key)
+    with _lock:
+        if key not in _cache:
+            _cache[key] = make()
+        return _cache[key]
+
+
+def _filesystem(scheme: str) -> Any:
+    """pyarrow's S3 or GCS filesystem with its own retries off (ours count them); credentials from the chain."""
+    import pyarrow.fs as pafs
+
+    def make() -> Any:
+        if scheme == "s3":
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+            return pafs.S3FileSystem(endpoint_override=endpoint, connect_timeout=10, request_timeout=60,
+                                     retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
+        return pafs.GcsFileSystem()
+    return _cached(("fs", scheme), make)
+
+
+def _split(url: str) -> tuple[Any, str]:
+    u = urlsplit(url)
+    return _filesystem("gs" if u.scheme == "gcs" else u.scheme), f"{u.netloc}{u.path}"
+
+
+def _retryable(e: BaseException) -> bool:
+    if isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError):
+        return False
+    if isinstance(e, urllib.error.HTTPError):
+        return e.code in (408, 429) or e.code >= 500
+    return isinstance(e, OSError) and not any(s in str(e) for s in _NOT_RETRIED)
+
+
+def with_retries(what: str, fn: Callable[[], T]) -> T:
+    """``fn()``, retried with exponential backoff on transient failures; each retry logged and counted."""
+    for attempt in range(ATTEMPTS):
+        try:
+            with _lock:
+                STATS["requests"] += 1
+            return fn()
+        except OSError as e:
+            if not _retryable(e) or attempt == ATTEMPTS - 1:
+                raise
+            with _lock:
+                STATS["retries"] += 1
+                n = STATS["retries"]
+            log.warning("retry %d of %s after %s: %s (%d retries so far)", attempt + 1, what, type(e).__name__,
+                        str(e).splitlines()[0][:200], n)
+            time.sleep(min(5.0, 0.1 * 2**attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
+def _http(url: str, offset: int | None = None, size: int | None = None, method: str = "GET") -> Any:
+    req = urllib.request.Request(url, method=method)
+    if offset is not None and size is not None:
+        req.add_header("Range", f"bytes={offset}-{offset + size - 1}")
+    return urllib.request.urlopen(req, timeout=60)  # noqa: S310 - the user's own dataset URL
+
+
+def read_range(loc: Location, offset: int, size: int) -> bytes:
+    """``size`` bytes at ``offset``: one ``pread`` locally, ONE ranged GET on a store (file handles cached)."""
+    if size == 0:
+        return b""
+    if not is_url(loc):
+        with open(loc, "rb", buffering=0) as f:
+            return os.pread(f.fileno(), size, offset)
+    url = str(loc)
+
+    def get() -> bytes:
+        if urlsplit(url).scheme in ("http", "https"):
+            with _http(url, offset, size) as r:
+                data = r.read()
+            return data[offset : offset + size] if r.status == 200 else data  # a server ignoring Range
+        fs, path = _split(url)
+        f = _cached(("file", url), lambda: fs.open_input_file(path))  # its HEAD happens once per process
+        return f.read_at(size, offset)
+    data = with_retries(f"read {url} [{offset}, +{size})", get)
+    with _lock:
+        STATS["bytes"] += len(data)
+    return data
+
+
+def concurrently(fn: Callable[[Any], T], items: Sequence[Any]) -> list[T | Exception]:
+    """``fn`` over ``items`` on this process's request threads (a store's latency overlaps); failures returned."""
+    def one(x: Any) -> T | Exception:
+        try:
+            return fn(x)
+        except Exception as e:  # noqa: BLE001 - handed back to the caller per item
+            return e
+    if len(items) < 2:
+        return [one(x) for x in items]
+    pool = _cached(("pool",), lambda: ThreadPoolExecutor(THREADS, thread_name_prefix="moquad-read"))
+    return list(pool.map(one, items))
+
+
+def read_all(loc: Location) -> bytes:
+    """A whole (small) object or file; a missing one raises FileNotFoundError."""
+    if not is_url(loc):
+        return Path(loc).read_bytes()
+    url = str(loc)
+
+    def get() -> bytes:
+        if urlsplit(url).scheme in ("http", "https"):
+            try:
+                with _http(url) as r:
+                    return r.read()
+            except urllib.error.HTTPError as e:
+                if e.code == 404:
+                    raise FileNotFoundError(url) from None
+                raise
+        fs, path = _split(url)
+        with fs.open_input_stream(path) as f:
+            return f.read()
+    return with_retries(f"read {url}", get)
+
+
+def exists(loc: Location) -> bool:
+    return size(loc) is not None
+
+
+def size(loc: Location) -> int | None:
+    """Bytes of a file/object, None when absent."""
+    if not is_url(loc):
+        p = Path(loc)
+        return p.stat().st_size if p.is_file() else None
+    url = str(loc)
+    if urlsplit(url).scheme in ("http", "https"):
+        try:
+            with with_retries(f"head {url}", lambda: _http(url, method="HEAD")) as r:
+                return int(r.headers.get("Content-Length", 0))
+        except (FileNotFoundError, urllib.error.HTTPError):
+            return None
+    import pyarrow.fs as pafs
+
+    fs, path = _split(url)
+    info = with_retries(f"stat {url}", lambda: fs.get_file_info(path))
+    return info.size if info.type == pafs.FileType.File else None
+
+
+def listdir(loc: Location) -> dict[str, int]:
+    """Names -> sizes of the files directly in a folder / under a prefix (empty when absent; http cannot list)."""
+    if not is_url(loc):
+        p = Path(loc)
+        return {f.name: f.stat().st_size for f in p.iterdir() if f.is_file()} if p.is_dir() else {}
+    url = str(loc)
+    if urlsplit(url).scheme in ("http", "https"):
+        return {}
+    import pyarrow.fs as pafs
+
+    fs, path = _split(url)
+    sel = pafs.FileSelector(path.rstrip("/"), allow_not_found=True)
+    infos = with_retries(f"list {url}", lambda: fs.get_file_info(sel))
+    return {i.base_name: i.size for i in infos if i.type == pafs.FileType.File}
+
+
+def upload(local: Path, url: str) -> None:
+    """Copy a finished local file to ``url`` (an object appears whole or not at all)."""
+    scheme = urlsplit(url).scheme
+    if scheme in ("http", "https"):
+        raise OSError(f"{url}: http(s) is read-only; write to s3:// or gs://")
+    fs, path = _split(url)
+
+    def put() -> None:
+        with open(local, "rb") as src, fs.open_output_stream(path) as dst:
+            while chunk := src.read(1 << 24):
+                dst.write(chunk)
+    with_retries(f"upload {url}", put)
+
+
+def download(url: str, local: Path) -> None:
+    """Copy an object to a local file (atomically)."""
+    from moquad.io import atomic_write_bytes
+
+    atomic_write_bytes(local, read_all(url))

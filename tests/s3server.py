@@ -1,0 +1,164 @@
+"""A real S3-API server on 127.0.0.1 for tests and benchmarks: moto's server mode behind a small proxy.
+
+The proxy forwards every request unchanged and can (a) add latency to each sample read, (b) answer
+503 SlowDown or drop the connection on a fraction of sample reads, (c) fail every read of one byte
+range for good. It counts the sample reads (ranged GETs of shards) and their bytes, independently of moquad.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SECRET = "moquad-test-secret-Zq8"  # must never show up in a run folder
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FaultProxy(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, upstream: int):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.upstream = upstream
+        self.latency = 0.0  # seconds added to each ranged GET
+        self.fail_every = 0  # every n-th ranged GET: 503 (odd faults) or a dropped connection (even faults)
+        self.always_fail: str | None = None  # a Range header value that always gets 503
+        self.lock = threading.Lock()
+        self.ranged = self.ranged_bytes = self.faults = self.slowdowns = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def reset(self) -> None:
+        with self.lock:
+            self.ranged = self.ranged_bytes = self.faults = self.slowdowns = 0
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FaultProxy
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle stall per response
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _fault(self) -> str | None:
+        srv = self.server
+        rng = self.headers.get("Range")
+        if self.command != "GET" or rng is None or "/shards/" not in self.path:
+            return None
+        if srv.latency:
+            time.sleep(srv.latency)
+        with srv.lock:
+            srv.ranged += 1
+            if srv.always_fail is not None and rng == srv.always_fail:
+                srv.faults += 1
+                return "503"
+            if srv.fail_every and srv.ranged % srv.fail_every == 0:
+                srv.faults += 1
+                srv.slowdowns += srv.faults % 2
+                return "503" if srv.faults % 2 else "drop"
+        return None
+
+    def _body(self) -> bytes | None:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks = []
+            while (n := int(self.rfile.readline().split(b";")[0], 16)) > 0:
+                chunks.append(self.rfile.read(n))
+                self.rfile.readline()
+            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                pass
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else None
+
+    def _forward(self) -> None:
+        body = self._body()
+        fault = self._fault()
+        if fault == "drop":
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if fault == "503":
+            msg = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+            self.send_response(503)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(msg)))
+            self.end_headers()
+            self.wfile.write(msg)
+            return
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.upstream, timeout=60)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "transfer-encoding")}
+        conn.request(self.command, self.path, body=body, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        if self.headers.get("Range") and self.command == "GET" and "/shards/" in self.path:
+            with self.server.lock:
+                self.server.ranged_bytes += len(data)
+        self.send_response(resp.status)
+        for k, v in resp.getheaders():
+            if k.lower() not in ("connection", "transfer-encoding", "content-length", "server", "date"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", resp.getheader("Content-Length", "0") if self.command == "HEAD"
+                         else str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        conn.close()
+
+    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+
+
+@contextlib.contextmanager
+def s3_server(bucket: str = "bkt") -> Iterator[FaultProxy]:
+    """moto's S3 server + the proxy; the process environment points AWS clients at the proxy meanwhile."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proxy = FaultProxy(port)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": proxy.url, "AWS_EC2_METADATA_DISABLED": "true"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.1)
+        import pyarrow.fs as pafs
+
+        pafs.S3FileSystem(endpoint_override=proxy.url, allow_bucket_creation=True).create_dir(bucket)
+        yield proxy
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        proxy.shutdown()
+        proc.terminate()
+        proc.wait(10)

@@ -1,0 +1,179 @@
+"""Datasets on an object store: a real S3-API server (moto) on 127.0.0.1, behind a proxy that injects faults."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+pytest.importorskip("moto", reason="the S3 tests need moto[server] (pip install -e '.[dev]')")
+
+from fixtures import coded_dataset  # noqa: E402
+from s3server import SECRET, s3_server  # noqa: E402
+
+from moquad import objstore  # noqa: E402
+from moquad.config import LoaderConfig  # noqa: E402
+from moquad.data import store  # noqa: E402
+from moquad.data.pipeline import make_loader  # noqa: E402
+
+CFG = LoaderConfig(frames=4, size=16, dilations=(1, 2), workers=0, seed=3, appearance_op="none")
+
+
+def moquad(*args: object) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, "-m", "moquad.cli", *map(str, args)], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, f"moquad {' '.join(map(str, args))} failed:\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def upload_tree(local: Path, url: str) -> None:
+    for f in sorted(local.rglob("*")):
+        if f.is_file():
+            objstore.upload(f, f"{url}/{f.relative_to(local).as_posix()}")
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with s3_server() as proxy:
+        objstore.reset()
+        yield proxy
+    objstore.reset()
+
+
+@pytest.fixture(scope="module")
+def coded(s3, tmp_path_factory):
+    """A coded dataset, local and the same bytes uploaded to s3://bkt/coded."""
+    local = coded_dataset(tmp_path_factory.mktemp("coded") / "d", num_videos=8, num_frames=12)
+    upload_tree(local, "s3://bkt/coded")
+    return local, "s3://bkt/coded"
+
+
+def test_each_sample_is_one_ranged_get_and_bytes_equal_the_payloads(s3, coded):
+    local, url = coded
+    s3.reset()
+    batches = list(make_loader(url, CFG, batch_size=2))
+    ref = list(make_loader(local, CFG, batch_size=2))
+    used = sum(len(b["video_id"]) for b in batches)
+    assert [b["video_id"] for b in batches] == [b["video_id"] for b in ref]
+    assert all((a["views"] == b["views"]).all() for a, b in zip(batches, ref))
+    split = store.Split(local)
+    assert s3.ranged == used  # ONE ranged GET per sample, counted by the server side
+    assert s3.ranged_bytes == sum(b["bytes"] for b in batches) == int(split.size[split.size > 0][:0].sum()) + \
+        sum(int(split.size[i]) for b in batches for i in b["index"].tolist())  # 1.0x the payloads used
+
+
+def test_throttling_and_dropped_connections_are_retried_and_counted(s3, coded, caplog, monkeypatch):
+    local, url = coded
+    monkeypatch.setattr(objstore, "ATTEMPTS", 4)
+    s3.reset()
+    s3.fail_every = 3  # every third sample read: 503 SlowDown or a dropped connection
+    before = objstore.STATS["retries"]
+    try:
+        with caplog.at_level(logging.WARNING, logger="moquad.objstore"):
+            batches = list(make_loader(url, CFG, batch_size=2))
+    finally:
+        s3.fail_every = 0
+    ref = list(make_loader(local, CFG, batch_size=2))
+    counted = objstore.STATS["retries"] - before
+    # every 503 costs one counted retry; a dropped connection may be retried inside the HTTP client already
+    assert s3.faults >= 3 and s3.slowdowns <= counted <= s3.faults
+    assert len([r for r in caplog.records if "retry" in r.getMessage()]) == counted
+    assert all(not b["bad"] for b in batches)
+    assert all((a["views"] == b["views"]).all() for a, b in zip(batches, ref))
+
+
+def test_a_sample_unreadable_after_its_retries_takes_the_bad_sample_path(s3, coded, monkeypatch):
+    local, url = coded
+    monkeypatch.setattr(objstore, "ATTEMPTS", 2)
+    split = store.Split(url)
+    first = list(make_loader(local, CFG, batch_size=2))[0]["index"][0].item()
+    off, size = int(split.offset[first]), int(split.size[first])
+    s3.always_fail = f"bytes={off}-{off + size - 1}"
+    try:
+        batches = list(make_loader(url, CFG, batch_size=2))
+    finally:
+        s3.always_fail = None
+    bad = [b for batch in batches for b in batch["bad"]]
+    assert [b["video_id"] for b in bad] == [str(split.video_id[first])]
+    assert "unreadable after retries" in bad[0]["reason"]
+    assert all(len(b["video_id"]) == 2 for b in batches)  # replaced by a spare: batches stay full
+
+
+def test_metadata_errors_name_the_store(s3):
+    with pytest.raises(FileNotFoundError, match="s3://bkt/nothing/dataset.json not found"):
+        store.read_info("s3://bkt/nothing")
+    assert objstore.listdir("s3://bkt/nothing/manifests") == {}
+
+
+@pytest.mark.slow
+def test_preprocess_verify_pretrain_retrieve_all_on_s3(s3, tmp_path, real_videos_dir):
+    """The user's path on a store: preprocess --out s3://, verify, pretrain 1 epoch and retrieve from s3://."""
+    from moquad.config import PreprocessConfig
+    from moquad.data.store import read_manifest
+    from moquad.preprocess.run import preprocess
+
+    moquad("synth", tmp_path / "raw", "--classes", 3, "--per-class", 4, "--size", 32, "--frames", 20)
+    url = "s3://bkt/e2e"
+    moquad("preprocess", "ucf101", tmp_path / "raw", "--out", url, "--short-side", 32, "--workers", 1)
+    preprocess(PreprocessConfig(dataset="ucf101", root=str(tmp_path / "raw"), out=str(tmp_path / "local"),
+                                short_side=32, workers=1), quiet=True)
+    objstore.reset()
+    for split in ("train", "test"):  # the same manifests and shard bytes as a local run
+        assert read_manifest(url, split).equals(read_manifest(tmp_path / "local", split))
+    fs = pafs.S3FileSystem(endpoint_override=s3.url)
+    for tar in (tmp_path / "local" / "shards").glob("*.tar"):
+        with fs.open_input_stream(f"bkt/e2e/shards/{tar.name}") as f:
+            assert f.read() == tar.read_bytes()
+    assert "OK" in moquad("verify", url).stdout
+    from moquad.info import report
+
+    rep, ref = report(url, 4, [1, 2]), report(tmp_path / "local", 4, [1, 2])
+    assert {k: v for k, v in rep.items() if k != "data"} == {k: v for k, v in ref.items() if k != "data"}
+    run = tmp_path / "run"
+    moquad("pretrain", "--data", url, "--out", run, "--method", "moquad", "--backbone", "tiny", "--epochs", 1,
+           "--batch-size", 4, "--frames", 4, "--size", 32, "--workers", 1, "--device", "cpu")
+    moquad("retrieve", "--data", url, "--checkpoint", run / "checkpoints" / "last.pt", "--frames", 4, "--size", 32,
+           "--device", "cpu", "--num-clips", 2, "--json", tmp_path / "ret.json", "--out", tmp_path / "eval")
+    res = json.loads((tmp_path / "ret.json").read_text())
+    assert res["queries"] == len(read_manifest(url, "test")) > 0 and 0 <= res["top1"] <= res["top5"] <= 1
+    for f in [*run.rglob("*"), *(tmp_path / "eval").rglob("*")]:  # credentials never reach a run folder
+        assert not f.is_file() or SECRET.encode() not in f.read_bytes()
+
+
+def test_object_store_paths_join_and_local_paths_stay_paths(tmp_path):
+    assert objstore.join("s3://b/p/", "manifests", "x.parquet") == "s3://b/p/manifests/x.parquet"
+    assert objstore.join(tmp_path, "a") == tmp_path / "a"
+    assert objstore.is_url("gs://b/x") and objstore.is_url("https://h/x") and not objstore.is_url("/data/x")
+    assert not objstore.is_url(Path("s3:/b"))
+    with pytest.raises(ValueError, match="read-only"):
+        from moquad.config import PreprocessConfig
+        from moquad.preprocess.run import _validate
+
+        _validate(dataclasses.replace(PreprocessConfig(), out="https://h/x"))
+
+
+def test_http_datasets_are_read_only_and_read_the_same_bytes(coded):
+    """https:// (read-only): a plain static file server holding the dataset folder."""
+    import functools
+    import http.server
+    import threading
+
+    local, _ = coded
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(local.parent))
+    handler.log_message = lambda *a: None
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/{local.name}"
+        remote, ref = store.Split(url), store.Split(local)
+        remote.check_shards()
+        assert [remote.payload(i) for i in range(len(ref))] == [ref.payload(i) for i in range(len(ref))]
+        assert store.read_info(url) == store.read_info(local)
+    finally:
+        srv.shutdown()
