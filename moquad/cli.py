@@ -121,7 +121,7 @@ def preprocess(
     split_ratios: str | None = typer.Option(None, help=_cfg_help(
         _P, "split_ratios", "folder: draw a split per class, e.g. 0.8,0.2 (train,test) or 0.7,0.1,0.2.")),
     group_by: str | None = typer.Option(None, help=r"Regex on file names kept in one split, e.g. '_g(\d+)_'."),
-    engine: str | None = typer.Option(None, help=_cfg_help(_P, "engine", "Who writes the shards: a local process pool "
+    engine: str | None = typer.Option(None, help=_cfg_help(_P, "engine", "Who writes the shards: this machine's process pool "
                                                            "or Ray (one task per shard).")),
     ray_address: str | None = typer.Option(None, help=_cfg_help(_P, "ray_address", "Ray cluster for --engine ray "
                                                                 "('auto' after `ray start`).")),
