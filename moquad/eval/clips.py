@@ -35,15 +35,12 @@ def spatial_crops(x: torch.Tensor, size: int, crops: int) -> torch.Tensor:
     """uint8 frames (T, H, W, 3) -> uint8 (crops, 3, T, size, size); see module docstring."""
     y = resize_short(x, size)
     _, _, h, w = y.shape
-    if crops == 1:
+    if crops == 1:  # EvalConfig.crops: 1 or 3
         offsets = [((h - size) // 2, (w - size) // 2)]
-    elif crops == 3:
-        if w >= h:
-            offsets = [((h - size) // 2, x0) for x0 in (0, (w - size) // 2, w - size)]
-        else:
-            offsets = [(y0, (w - size) // 2) for y0 in (0, (h - size) // 2, h - size)]
+    elif w >= h:
+        offsets = [((h - size) // 2, x0) for x0 in (0, (w - size) // 2, w - size)]
     else:
-        raise ValueError(f"crops must be 1 or 3, got {crops}")
+        offsets = [(y0, (w - size) // 2) for y0 in (0, (h - size) // 2, h - size)]
     out = [y[:, :, y0 : y0 + size, x0 : x0 + size] for y0, x0 in offsets]
     return torch.stack(out).round_().clamp_(0, 255).to(torch.uint8)
 
