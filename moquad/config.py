@@ -168,6 +168,7 @@ class LinearConfig:
     optimizer: str = rule("lars", choices=OPTIMIZERS)
     batch_size: int = rule(32, ge=1)  # training clips per step (--full)
     weight_decay: float = rule(0.0, ge=0)  # --full
+    flip: bool = True  # --full: random horizontal flip of training clips; off for left/right-sensitive classes (SSv2)
     l2: float = rule(1e-4, ge=0)  # --fast: L2 penalty of the logistic regression
 
     def __post_init__(self) -> None:
@@ -187,6 +188,7 @@ class FinetuneConfig:
     batch_size: int = rule(32, ge=1)  # GLOBAL batch of training clips, split evenly over ranks
     weight_decay: float = rule(1e-4, ge=0)
     dropout: float = rule(0.5, ge=0, le=1)  # before the classifier
+    flip: bool = True  # random horizontal flip of training clips; off for left/right-sensitive classes (SSv2)
 
     def __post_init__(self) -> None:
         check(self)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from moquad import config as C
 from moquad.config import ConfigError, EvalConfig
 from moquad.data.augment import normalize
 from moquad.data.sampling import uniform_clips
@@ -136,3 +137,23 @@ def test_finetune_on_two_ranks_predicts_every_video_once(tmp_path):
     assert [p["video_id"] for p in r0["preds"]] == ids  # odd count, manifest order, no padding
     saved = json.loads((tmp_path / "out" / "finetune.json").read_text())
     assert saved["videos"] == 5 and np.sum(saved["confusion"]) == 5
+
+
+def test_training_clips_flip_only_when_the_protocol_says(tmp_path):
+    """``flip`` off (SSv2, direction classes): the same crops, never mirrored; on: some clips are mirrored."""
+    from test_features import make_tiny_dataset
+
+    from moquad.data.store import Split
+    from moquad.eval.clips import TrainClips
+
+    data = make_tiny_dataset(tmp_path / "data", {"train": 8, "test": 1}, frames=8)
+    split = Split(data, "train")
+    rows = np.arange(len(split))
+    on, off = (TrainClips(split, rows, 4, 2, 16, flip, seed=3) for flip in (True, False))
+    mirrored = 0
+    for k in rows:
+        a, b = on[k][0], off[k][0]
+        mirrored += not torch.equal(a, b)
+        assert torch.equal(a, b) or torch.equal(a, b.flip(-1))
+    assert 0 < mirrored < len(rows)
+    assert C.resolve(EvalConfig(), "eval/linear_ssv2.yaml", {}).linear.flip is False

@@ -114,7 +114,7 @@ def _train(net: nn.Module, cfg: EvalConfig, train: Split, rows: np.ndarray, devi
     train_net: nn.Module = net
     if dist.is_dist():
         train_net = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
-    ds = TrainClips(train, rows, cfg.frames, cfg.dilation, cfg.size, cfg.seed)
+    ds = TrainClips(train, rows, cfg.frames, cfg.dilation, cfg.size, cfg.finetune.flip, cfg.seed)
     per_rank = ft.batch_size // world
     sampler = torch.utils.data.DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed)
     loader = torch.utils.data.DataLoader(ds, batch_size=per_rank, sampler=sampler, num_workers=cfg.workers,
@@ -176,7 +176,7 @@ def _protocol(cfg: EvalConfig, world: int) -> dict[str, Any]:
     return {
         "init": "random (no pre-training: the supervised bound)" if ft.init == "random" else "the checkpoint's backbone",
         "train_clip": f"{cfg.frames} frames, dilation {cfg.dilation}, random start, short side size*8/7, "
-                      "random crop + h-flip", "epochs": ft.epochs, "batch_size": ft.batch_size,
+                      f"random crop{' + h-flip' if ft.flip else ', no flip'}", "epochs": ft.epochs, "batch_size": ft.batch_size,
         "ranks": world, "optimizer": ft.optimizer, "lr": ft.lr, "schedule": "half-period cosine, no warm-up",
         "weight_decay": ft.weight_decay, "dropout": ft.dropout,
         "test": f"{cfg.num_clips} clips x {cfg.crops} crops, softmax averaged per video",

@@ -119,7 +119,7 @@ def _cvrl(cfg: EvalConfig, classes: list[str]) -> tuple[dict[str, Any], dict[str
     n_cls = max(len(classes), int(train.label.max()) + 1)
     clf = nn.Linear(model.feat_dim, n_cls).to(device)
     opt = make_optimizer(clf, lc.optimizer, lc.lr, lc.weight_decay)
-    ds = TrainClips(train, train_rows, cfg.frames, cfg.dilation, cfg.size, cfg.seed)
+    ds = TrainClips(train, train_rows, cfg.frames, cfg.dilation, cfg.size, lc.flip, cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     loader = torch.utils.data.DataLoader(ds, batch_size=lc.batch_size, shuffle=True, generator=gen,
                                          num_workers=cfg.workers, drop_last=len(ds) > lc.batch_size)
@@ -144,7 +144,7 @@ def _cvrl(cfg: EvalConfig, classes: list[str]) -> tuple[dict[str, Any], dict[str
     check_unchanged(backbone, before)
     labels = test.label[test_rows]
     proto = {"variant": "cvrl: linear layer on the frozen backbone", "train_clip": f"{cfg.frames} frames, dilation {cfg.dilation}, "
-             "random start, short side size*8/7, random crop + flip", "backbone": "eval mode, no grad",
+             f"random start, short side size*8/7, random crop{' + flip' if lc.flip else ', no flip'}", "backbone": "eval mode, no grad",
              "test": f"{cfg.num_clips} clips x {cfg.crops} crops, softmax averaged", "epochs": lc.epochs,
              "batch_size": lc.batch_size, "optimizer": lc.optimizer, "lr": lc.lr, "schedule": "half-period cosine",
              "weight_decay": lc.weight_decay, "backbone_check": "weights and BN buffers compared bit-for-bit: unchanged"}
