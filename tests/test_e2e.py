@@ -74,7 +74,7 @@ def test_finetune_and_cam(pipeline, real_videos_dir):
     # the supervised bound: the same backbone from random init, no checkpoint needed
     moquad("finetune", "--data", pipeline / "shards", "--init", "random", "--backbone", "tiny", "--epochs", 1,
            "--batch-size", 4, "--frames", 4, "--size", 32, "--num-clips", 1, "--out", pipeline / "ft0", "--device", "cpu")
-    ft0 = json.loads((pipeline / "ft0" / "finetune.json").read_text())
+    ft0 = json.loads((pipeline / "ft0" / "finetune_random.json").read_text())
     assert ft0["checkpoint"] is None and ft0["protocol"]["init"].startswith("random") and ft0["videos"] == ft["videos"]
     video = shutil.copy(real_videos_dir / "v_SoccerJuggling_g23_c01.avi", pipeline / "clip.avi")
     moquad("cam", video, "--checkpoint", ckpt, "--out", pipeline / "cam.png", "--frames", 4, "--size", 32,

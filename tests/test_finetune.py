@@ -74,7 +74,7 @@ def test_finetune_from_random_init_needs_no_checkpoint(tmp_path):
                              "optimizer": "sgd"})
     res = finetune(cfg)
     assert res["checkpoint"] is None and res["protocol"]["init"].startswith("random")
-    net, saved = load_classifier(tmp_path / "out" / "finetune_model.pt")
+    net, saved = load_classifier(tmp_path / "out" / "finetune_random_model.pt")
     assert saved["source_sha256"] is None and saved["config"] == {"backbone": "tiny"}
     torch.manual_seed(5)  # reference: the same seed's fresh backbone; lr 1e-9 leaves its weights (BN stats move)
     ref, _ = build_backbone("tiny")

@@ -20,8 +20,9 @@ Distributed (torchrun env): DDP, ``cfg.batch_size`` is the GLOBAL batch (split e
 ranks, as in pre-training), a DistributedSampler per epoch; the test videos are split over
 ranks without padding and every video is predicted exactly once; rank 0 writes.
 
-Outputs in ``OUT``: ``finetune.json`` + ``finetune.txt`` (top-1/5, per-class accuracy,
-confusion matrix, protocol, checkpoint, data), ``finetune_confusion.png`` and
+Outputs in ``OUT`` (named ``finetune_random*`` from random init, so a bound never overwrites a result):
+``finetune.json`` + ``finetune.txt`` (top-1/5, per-class accuracy, confusion matrix, protocol,
+checkpoint, data), ``finetune_confusion.png`` and
 ``finetune_model.pt`` (``{"backbone", "classifier", "classes", "config", "source_sha256"}``,
 state dicts, loadable with ``weights_only=True``; ``source_sha256`` is the checkpoint the weights
 started from, None from random init; ``moquad cam`` uses it when present).
@@ -206,7 +207,8 @@ def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None) -> dict[st
     labels = test.label[test_rows]
     report = accuracy_report(probs, labels, classes)
     out = out_dir(cfg)
-    model_path, png = out / "finetune_model.pt", out / "finetune_confusion.png"
+    name = "finetune" if cfg.finetune.init == "checkpoint" else "finetune_random"  # a bound never overwrites
+    model_path, png = out / f"{name}_model.pt", out / f"{name}_confusion.png"
     if rank == 0:
         _save_model(net, classes, settings, source, model_path)
         plot_confusion(np.array(report["confusion"]), classes, png, f"fine-tuned, top-1 {100 * report['top1']:.1f}%")
@@ -216,7 +218,7 @@ def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None) -> dict[st
     result["predictions"] = [{"video_id": str(test.video_id[i]), "label": int(y), "pred": int(p.argmax())}
                              for i, y, p in zip(test_rows, labels, probs)]
     result["confusion_png"], result["model"] = str(png), str(model_path)
-    json_path = Path(json_path) if json_path else out / "finetune.json"
+    json_path = Path(json_path) if json_path else out / f"{name}.json"
     write_result(result, json_path, [*accuracy_tables("fine-tuning", report), protocol_table("protocol", result)])
     dist.barrier()  # files written by rank 0 exist when any rank returns
     result["json"] = str(json_path)
