@@ -85,6 +85,7 @@ def test_finetune_from_random_init_needs_no_checkpoint(tmp_path):
         finetune(eval_cfg(data, "", tmp_path / "o2", finetune={"init": "random"}))
 
 
+@pytest.mark.slow
 def test_supervised_bound_at_demo_settings_beats_chance(tmp_path):
     """`moquad synth` motion classes, tiny backbone from random init, eval/cpu_demo.yaml's finetune settings
     (AdamW 1e-3, batch 8; 40 epochs to stay fast): test top-1 clearly above chance (1/3)."""
