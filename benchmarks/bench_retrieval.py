@@ -30,15 +30,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from moquad.eval.retrieve import (
-    TIE_DECIMALS,
+from moquad.eval.ann import (
     lance_index,
     lance_partitions,
     lance_search,
     lance_trained_partitions,
-    nearest,
     recall_at,
 )
+from moquad.eval.search import TIE_DECIMALS, nearest
 
 CHUNK = 1 << 26  # similarities per matmul block, as moquad's nearest (256 MB of float32)
 

@@ -56,7 +56,8 @@ from moquad.data.store import Split
 from moquad.eval.clips import eval_clips
 from moquad.eval.features import read_features
 from moquad.eval.linear import fit_logistic
-from moquad.eval.retrieve import hits_at, knn_classify, nearest, prepare
+from moquad.eval.retrieve import hits_at, knn_classify
+from moquad.eval.search import nearest, prepare
 from moquad.recipes import find_recipe
 from moquad.train.checkpoint import load_model
 from moquad.train.log import read_log
@@ -149,7 +150,7 @@ def retrieval(q: np.ndarray, ql: np.ndarray, g: np.ndarray, gl: np.ndarray, cfg:
 def linear_top1(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray) -> float:
     """``moquad linear --fast``: logistic regression on train-standardised features, test top-1."""
     mean, std = xtr.mean(0), xtr.std(0) + 1e-6
-    clf = fit_logistic((xtr - mean) / std, ytr, int(ytr.max()) + 1)
+    clf = fit_logistic((xtr - mean) / std, ytr, int(ytr.max()) + 1, C.LinearConfig().l2)
     with torch.no_grad():
         pred = clf(torch.as_tensor((xte - mean) / std)).argmax(1).numpy()
     return float((pred == yte).mean())

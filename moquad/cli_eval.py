@@ -1,178 +1,181 @@
 """The evaluation commands of the ``moquad`` CLI (stage 3): extract, retrieve, linear, finetune, cam, export.
 
 Registered on the main app by ``moquad.cli``; same conventions: parse options, build a config, call ONE function.
+Each protocol's named flags are generated from its row of :data:`moquad.eval.protocols.PROTOCOLS` (which
+``EvalConfig`` settings it reads) and the help texts below, declared once; the default shown is the
+config's. Every other setting is reachable with ``--set``.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 import typer
 
 from moquad import config as C
-from moquad.cli_common import (
-    _CKPT,
-    _DATA,
-    _PRINT,
-    _RECIPE,
-    _SET,
-    _eval_cfg,
-    _friendly,
-    _need_dir,
-    _need_file,
-    _printed,
-)
+from moquad.cli_common import _PRINT, _RECIPE, _SET, _friendly, _need_dir, _need_file, _printed
+from moquad.errors import MoquadError
+from moquad.eval.protocols import PROTOCOLS, run
 
 app = typer.Typer()
 
+# help of every named evaluation flag (the key is the EvalConfig setting, dotted for nested ones)
+HELP = {
+    "num_clips": "Uniformly spaced test clips per video.",
+    "frames": "Frames per clip.",
+    "dilation": "Frame step inside a clip.",
+    "size": "Crop size; use the pre-training size.",
+    "crops": "Test crops per clip: 1 (centre) or 3 (the paper's action-recognition test).",
+    "batch_size": "Test views per forward pass.",
+    "out": "Folder for features and results (default: RUN/eval beside the checkpoint).",
+    "device": "auto, cpu or cuda.",
+    "center": "Subtract each split's mean, then L2-normalise.",
+    "index": "exact, or lance (vector index; its recall is reported).",
+    "knn_k": "Weighted kNN (DINO): neighbours that vote.",
+    "knn_t": "Weighted kNN (DINO): a vote weighs exp(cosine / T).",
+    "linear.epochs": "Training epochs (--full).",
+    "linear.lr": "Learning rate (--full).",
+    "linear.batch_size": "Training clips per step (--full).",
+    "finetune.init": "checkpoint (pre-trained weights) or random (the supervised bound: same backbone, labels only).",
+    "finetune.backbone": "Backbone; the checkpoint's by default; with --init random it makes --checkpoint optional.",
+    "finetune.epochs": "Training epochs.",
+    "finetune.lr": "Learning rate (as given, not scaled with the batch).",
+    "finetune.batch_size": "Global training batch.",
+}
 
-@app.command(epilog="Examples: moquad extract --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --split test  |  "
-             "moquad extract --data D --checkpoint C --crops 3 --set workers=8")
-@_friendly
-def extract(
-    data: str = _DATA,
-    checkpoint: str = _CKPT,
-    split: str = typer.Option("test", help="Split to extract."),
-    recipe: str | None = _RECIPE,
-    num_clips: int | None = typer.Option(None, help="Uniformly spaced clips per video (10)."),
-    frames: int | None = typer.Option(None, help="Frames per clip (16)."),
-    dilation: int | None = typer.Option(None, help="Frame step inside a clip (2)."),
-    size: int | None = typer.Option(None, help="Crop size (224)."),
-    crops: int | None = typer.Option(None, help="1 (centre, default) or 3 crops."),
-    batch_size: int | None = typer.Option(None, help="Clips per forward pass."),
-    out: str | None = typer.Option(None, help="Folder for the Lance feature cache."),
-    device: str | None = typer.Option(None, help="auto, cpu or cuda."),
-    force: bool = typer.Option(False, "--force", help="Re-extract even when a matching cache exists."),
-    sets: list[str] | None = _SET,
-    print_config: bool = _PRINT,
-) -> None:
+
+def _flag(key: str) -> inspect.Parameter:
+    """The typer option of EvalConfig setting ``key``; None means 'not given' (recipe or default stand)."""
+    cfg, name = C.EvalConfig(), key
+    if "." in key:
+        outer, name = key.split(".")
+        cfg = getattr(cfg, outer)
+    tp, _ = C.unwrap_optional(C.type_hints(type(cfg))[name])
+    flag = "--" + name.replace("_", "-")
+    decl = f"{flag}/--no-{flag[2:]}" if tp is bool else flag
+    default = getattr(cfg, name)
+    option = typer.Option(None, decl, help=HELP[key], show_default="none" if default is None else str(default))
+    return inspect.Parameter(key.replace(".", "__"), inspect.Parameter.KEYWORD_ONLY, default=option,
+                             annotation=tp | None)
+
+
+def _common(checkpoint_help: str) -> list[inspect.Parameter]:
+    kw = inspect.Parameter.KEYWORD_ONLY
+    return [inspect.Parameter("data", kw, default=typer.Option(..., help="Shard folder of the evaluation dataset."),
+                              annotation=str),
+            inspect.Parameter("checkpoint", kw, default=typer.Option("", help=checkpoint_help), annotation=str),
+            inspect.Parameter("recipe", kw, default=_RECIPE, annotation=str | None)]
+
+
+def build_config(name: str, data: str, checkpoint: str, recipe: str | None, sets: list[str] | None,
+                 flags: dict[str, Any]) -> C.EvalConfig:
+    """defaults < recipe < flags (None: not given) < ``--set``; the paths a protocol needs must exist."""
+    _need_dir(data, "data folder", "run `moquad preprocess` first and pass its --out folder")
+    if checkpoint:
+        _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain` (RUN/checkpoints/last.pt)")
+    cfg = C.resolve(C.EvalConfig(), recipe, dict(data=data, checkpoint=checkpoint, **flags), sets or ())
+    if not cfg.checkpoint and not (name == "finetune" and cfg.finetune.init == "random"):
+        raise MoquadError(f"{name} needs --checkpoint RUN/checkpoints/last.pt (a .pt written by `moquad pretrain`)")
+    return cfg
+
+
+def protocol_command(name: str, epilog: str, checkpoint_help: str = "Checkpoint of `moquad pretrain` "
+                     "(RUN/checkpoints/last.pt).") -> Callable[[Callable[..., Any]], Any]:
+    """Register ``body(cfg, **own_options)`` as command ``name``: data, checkpoint, recipe, the protocol's
+    named flags (from :data:`PROTOCOLS`), the body's own options, ``--set`` and ``--print-config``."""
+
+    def wrap(body: Callable[..., Any]) -> Any:
+        own = list(inspect.signature(body, eval_str=True).parameters.values())[1:]
+        keys = PROTOCOLS[name].flags
+
+        def command(**kw: Any) -> None:
+            flags = {k: kw.pop(k.replace(".", "__")) for k in keys}
+            cfg = build_config(name, kw.pop("data"), kw.pop("checkpoint"), kw.pop("recipe"), kw.pop("sets"), flags)
+            if not _printed(cfg, kw.pop("print_config")):
+                body(cfg, **kw)
+
+        params = [*_common(checkpoint_help), *map(_flag, keys),
+                  *(p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own),
+                  inspect.Parameter("sets", inspect.Parameter.KEYWORD_ONLY, default=_SET, annotation=list[str] | None),
+                  inspect.Parameter("print_config", inspect.Parameter.KEYWORD_ONLY, default=_PRINT, annotation=bool)]
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        command.__name__, command.__doc__ = name, body.__doc__
+        app.command(name, epilog=epilog)(_friendly(command))
+        return body
+
+    return wrap
+
+
+@protocol_command("extract", "Examples: moquad extract --data /data/shards/ucf101 --checkpoint "
+                  "runs/moquad/checkpoints/last.pt --split test  |  moquad extract --data D --checkpoint C --crops 3 "
+                  "--set workers=8")
+def extract(cfg: C.EvalConfig, split: str = typer.Option("test", help="Split to extract."),
+            force: bool = typer.Option(False, "--force", help="Re-extract even when a matching cache exists.")) -> None:
     """Extract per-video backbone features (multi-clip average) into a Lance dataset."""
-    cfg = _eval_cfg(data, checkpoint, recipe, sets, num_clips=num_clips, frames=frames, dilation=dilation, size=size,
-                    crops=crops, batch_size=batch_size, out=out, device=device)
-    if _printed(cfg, print_config):
-        return
-    from moquad.eval.features import extract as run_extract
-
-    typer.echo(f"features: {run_extract(cfg, split, force=force)}")
+    typer.echo(f"features: {run('extract', cfg, split=split, force=force)}")
 
 
-@app.command(epilog="Examples: moquad retrieve --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --json retrieval.json --knn-k 20 --knn-t 0.07  |  "
-             "moquad retrieve --data data/shards --checkpoint CKPT --recipe eval/cpu_demo.yaml --set ks=1,5")
-@_friendly
-def retrieve(
-    data: str = _DATA,
-    checkpoint: str = _CKPT,
-    recipe: str | None = _RECIPE,
-    json: str | None = typer.Option(None, "--json", help="Also write the numbers to this JSON file."),
-    center: bool | None = typer.Option(None, "--center/--no-center", help="Subtract the split mean, re-normalise."),
-    index: str | None = typer.Option(None, help="exact (default) or lance (vector index, recall reported)."),
-    knn_k: int | None = typer.Option(None, help="Weighted kNN (DINO): neighbours that vote (20)."),
-    knn_t: float | None = typer.Option(None, help="Weighted kNN (DINO): vote weight exp(cosine / T) (0.07)."),
-    num_clips: int | None = typer.Option(None, help="Clips per video (10)."),
-    frames: int | None = typer.Option(None, help="Frames per clip (16)."),
-    dilation: int | None = typer.Option(None, help="Frame step inside a clip (2)."),
-    size: int | None = typer.Option(None, help="Crop size (224)."),
-    out: str | None = typer.Option(None, help="Folder for features and results."),
-    device: str | None = typer.Option(None, help="auto, cpu or cuda."),
-    sets: list[str] | None = _SET,
-    print_config: bool = _PRINT,
-) -> None:
-    """Nearest-neighbour retrieval (test queries the train split; hit@1/5/10/20/50) and weighted-kNN accuracy."""
-    cfg = _eval_cfg(data, checkpoint, recipe, sets, center=center, index=index, knn_k=knn_k, knn_t=knn_t,
-                    num_clips=num_clips, frames=frames, dilation=dilation, size=size, out=out, device=device)
-    if _printed(cfg, print_config):
-        return
-    from moquad.eval.retrieve import retrieve as run_retrieve
-
-    run_retrieve(cfg, json_path=json)
+@protocol_command("retrieve", "Examples: moquad retrieve --data /data/shards/ucf101 --checkpoint "
+                  "runs/moquad/checkpoints/last.pt --json retrieval.json --knn-k 20 --knn-t 0.07  |  moquad retrieve "
+                  "--data data/shards --checkpoint CKPT --recipe eval/cpu_demo.yaml --set ks=1,5")
+def retrieve(cfg: C.EvalConfig,
+             json: str | None = typer.Option(None, "--json", help="Also write the numbers to this JSON file.")
+             ) -> None:
+    """Nearest-neighbour retrieval (test queries the train split; hit@k for k in ks) and weighted-kNN accuracy."""
+    run("retrieve", cfg, json_path=json)
 
 
-@app.command(epilog="Examples: moquad linear --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --fast  |  "
-             "moquad linear --full --data /data/shards/ucf101 --checkpoint C --recipe eval/linear_ucf101.yaml  |  "
-             "moquad linear --data data/shards --checkpoint C --size 32 --frames 8 --num-clips 5")
-@_friendly
-def linear(
-    data: str = _DATA,
-    checkpoint: str = _CKPT,
-    recipe: str | None = _RECIPE,
-    fast: bool = typer.Option(True, "--fast/--full", help="Cached features (fast) or CVRL protocol on clips (full)."),
-    frames: int | None = typer.Option(None, help="Frames per clip (16; the CVRL recipes eval/linear_*.yaml: 32)."),
-    dilation: int | None = typer.Option(None, help="Frame step inside a clip (2)."),
-    size: int | None = typer.Option(None, help="Crop size (224); use the pre-training size."),
-    num_clips: int | None = typer.Option(None, help="Clips per video (10)."),
-    crops: int | None = typer.Option(None, help="Test crops: 1 (default) or 3 (the paper's 10-clip x 3-crop test)."),
-    epochs: int | None = typer.Option(None, help="Training epochs (100)."),
-    lr: float | None = typer.Option(None, help="Learning rate."),
-    batch_size: int | None = typer.Option(None, help="Batch size."),
-    out: str | None = typer.Option(None, help="Folder for results."),
-    device: str | None = typer.Option(None, help="auto, cpu or cuda."),
-    sets: list[str] | None = _SET,
-    print_config: bool = _PRINT,
-) -> None:
+@protocol_command("linear", "Examples: moquad linear --data /data/shards/ucf101 --checkpoint "
+                  "runs/moquad/checkpoints/last.pt --fast  |  moquad linear --full --data /data/shards/ucf101 "
+                  "--checkpoint C --recipe eval/linear_ucf101.yaml  |  moquad linear --data data/shards --checkpoint C "
+                  "--size 32 --frames 8 --num-clips 5")
+def linear(cfg: C.EvalConfig, fast: bool = typer.Option(True, "--fast/--full", help="Cached features (fast) or the "
+                                                         "CVRL protocol on clips (full).")) -> None:
     """Linear probe on the frozen backbone (its weights and BN statistics are checked unchanged).
 
     --full is the paper's protocol with --recipe eval/linear_<dataset>.yaml."""
-    cfg = _eval_cfg(data, checkpoint, recipe, sets, frames=frames, dilation=dilation, size=size, num_clips=num_clips,
-                    crops=crops, epochs=epochs, lr=lr, batch_size=batch_size, out=out, device=device)
-    if _printed(cfg, print_config):
-        return
-    from moquad.eval.linear import linear as run_linear
-
-    run_linear(cfg, fast=fast, frames=cfg.frames, dilation=cfg.dilation)
+    run("linear", cfg, fast=fast)
 
 
-@app.command(epilog="Examples: moquad finetune --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --recipe eval/finetune_ucf101.yaml  |  "
-             "moquad finetune --data data/shards --checkpoint C --size 32 --frames 8 --num-clips 5 --set optimizer=sgd")
-@_friendly
-def finetune(
-    data: str = _DATA,
-    checkpoint: str = _CKPT,
-    recipe: str | None = _RECIPE,
-    epochs: int | None = typer.Option(None, help="Training epochs (paper: 100)."),
-    lr: float | None = typer.Option(None, help="Learning rate (paper: LARS 0.08)."),
-    batch_size: int | None = typer.Option(None, help="Batch size (paper: 32)."),
-    frames: int | None = typer.Option(None, help="Frames per clip (16)."),
-    dilation: int | None = typer.Option(None, help="Frame step (2)."),
-    size: int | None = typer.Option(None, help="Crop size (224); use the pre-training size."),
-    num_clips: int | None = typer.Option(None, help="Test clips per video (10)."),
-    crops: int | None = typer.Option(None, help="Test crops: 1 (default) or 3 (the paper's test, set by eval/finetune_*.yaml)."),
-    out: str | None = typer.Option(None, help="Folder for results."),
-    device: str | None = typer.Option(None, help="auto, cpu or cuda."),
-    sets: list[str] | None = _SET,
-    print_config: bool = _PRINT,
-) -> None:
+@protocol_command("finetune", "Examples: moquad finetune --data /data/shards/ucf101 --checkpoint "
+                  "runs/moquad/checkpoints/last.pt --recipe eval/finetune_ucf101.yaml  |  moquad finetune --data "
+                  "data/shards --init random --backbone tiny --recipe eval/cpu_demo.yaml --out bound  (the supervised "
+                  "bound at the demo's size)",
+                  checkpoint_help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt); optional with "
+                                  "--init random --backbone NAME.")
+def finetune(cfg: C.EvalConfig) -> None:
     """Fine-tune the whole network; multi-clip test, per-class table and confusion matrix.
 
-    The paper's protocol (batch 32, 10-clip x 3-crop test): --recipe eval/finetune_<dataset>.yaml."""
-    cfg = _eval_cfg(data, checkpoint, recipe, sets, epochs=epochs, lr=lr, batch_size=batch_size, frames=frames,
-                    dilation=dilation, size=size, num_clips=num_clips, crops=crops, out=out, device=device)
-    if _printed(cfg, print_config):
-        return
-    from moquad.eval.finetune import finetune as run_finetune
-
-    run_finetune(cfg)
+    The paper's protocol (batch 32, LARS 0.08, 10-clip x 3-crop test): --recipe eval/finetune_<dataset>.yaml.
+    --init random trains the same backbone from random init: the supervised bound."""
+    run("finetune", cfg)
 
 
-@app.command(epilog="Example: moquad cam data/UCF-101/Fencing/v_Fencing_g01_c01.avi --data /data/shards/ucf101 --checkpoint runs/moquad/checkpoints/last.pt --out cam.png")
+@app.command(epilog="Example: moquad cam data/UCF-101/Fencing/v_Fencing_g01_c01.avi --data /data/shards/ucf101 "
+             "--checkpoint runs/moquad/checkpoints/last.pt --out cam.png")
 @_friendly
 def cam(
     video: str = typer.Argument(..., help="A video file, or a video_id of --data."),
-    checkpoint: str = _CKPT,
+    checkpoint: str = typer.Option(..., help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt)."),
     data: str = typer.Option("", help="Shard folder (needed when VIDEO is a video_id)."),
     out: str = typer.Option("cam.png", help="PNG image strip to write."),
-    frames: int | None = typer.Option(None, help="Frames shown (16)."),
-    size: int | None = typer.Option(None, help="Input size (224); use the pre-training size."),
-    method: str = typer.Option("auto", help="auto (fine-tuned classifier if found, else projection), classifier, projection or norm."),
+    frames: int | None = _flag("frames").default,
+    size: int | None = _flag("size").default,
+    method: str = typer.Option("auto", help="auto (fine-tuned classifier if found, else projection), classifier, "
+                               "projection or norm."),
     eval_dir: str | None = typer.Option(None, help="Folder of `moquad finetune` results (to find its classifier)."),
-    device: str | None = typer.Option(None, help="auto, cpu or cuda."),
+    device: str | None = _flag("device").default,
 ) -> None:
     """Class-activation maps over a video's frames, saved as an image strip (the paper's Fig. 5)."""
     _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain`")
     if data:
         _need_dir(data, "data folder", "pass the --out folder of `moquad preprocess`")
-    cfg = C.resolve(C.EvalConfig(), None, dict(data=data, checkpoint=checkpoint, frames=frames, size=size, device=device,
-                                               out=eval_dir))
-    from moquad.eval.cam import cam as run_cam
-
-    typer.echo(f"wrote {run_cam(video, cfg, out, method=method)}")
+    cfg = C.resolve(C.EvalConfig(), None, dict(data=data, checkpoint=checkpoint, frames=frames, size=size,
+                                               device=device, out=eval_dir))
+    typer.echo(f"wrote {run('cam', cfg, video=video, out=out, method=method)}")
 
 
 @app.command(epilog="Example: moquad export runs/moquad/checkpoints/last.pt --format torchvision --out r3d18.pt, then "

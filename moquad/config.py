@@ -160,9 +160,48 @@ class PretrainConfig:
         check(self)
 
 
+INITS = ("checkpoint", "random")  # where fine-tuning starts: the pre-trained weights, or none (the supervised bound)
+
+
+@dataclass
+class LinearConfig:
+    """Linear probe (moquad.eval.linear): ``--full`` trains a linear layer on clips (CVRL), ``--fast`` fits
+    logistic regression on cached features."""
+
+    epochs: int = rule(100, ge=1)
+    lr: float = rule(0.08, gt=0)
+    optimizer: str = rule("lars", choices=OPTIMIZERS)
+    batch_size: int = rule(32, ge=1)  # training clips per step (--full)
+    weight_decay: float = rule(0.0, ge=0)  # --full
+    flip: bool = True  # --full: random horizontal flip of training clips; off for left/right-sensitive classes (SSv2)
+    l2: float = rule(1e-4, ge=0)  # --fast: L2 penalty of the logistic regression
+
+    def __post_init__(self) -> None:
+        check(self)
+
+
+@dataclass
+class FinetuneConfig:
+    """Fine-tuning the whole network (moquad.eval.finetune); the paper's protocol: 100 epochs, batch 32,
+    LARS 0.08, half-period cosine. A tiny network wants AdamW 1e-3 instead (eval/cpu_demo.yaml)."""
+
+    init: str = rule("checkpoint", choices=INITS)  # random: same backbone and clip, trained on labels only
+    backbone: str | None = rule(None, choices=BACKBONES)  # None: the checkpoint's; needed for init=random alone
+    epochs: int = rule(100, ge=1)
+    lr: float = rule(0.08, gt=0)  # used as given (not scaled with the batch)
+    optimizer: str = rule("lars", choices=OPTIMIZERS)
+    batch_size: int = rule(32, ge=1)  # GLOBAL batch of training clips, split evenly over ranks
+    weight_decay: float = rule(1e-4, ge=0)
+    dropout: float = rule(0.5, ge=0, le=1)  # before the classifier
+    flip: bool = True  # random horizontal flip of training clips; off for left/right-sensitive classes (SSv2)
+
+    def __post_init__(self) -> None:
+        check(self)
+
+
 @dataclass
 class EvalConfig:
-    """Stage 3: feature extraction, retrieval, linear probe, fine-tuning."""
+    """Stage 3: feature extraction and test views (top level), retrieval and kNN, linear probe, fine-tuning."""
 
     data: str = ""
     checkpoint: str = ""
@@ -172,19 +211,17 @@ class EvalConfig:
     dilation: int = rule(2, ge=1)
     size: int = rule(224, ge=8)
     crops: int = rule(1, choices=(1, 3))  # 1 centre crop; 3 (the paper's action-recognition test) in eval recipes
-    batch_size: int = rule(16, ge=1)
+    batch_size: int = rule(16, ge=1)  # test views per forward pass
     workers: int = rule(2, ge=0)
     center: bool = False
     ks: tuple[int, ...] = rule((1, 5, 10, 20, 50), ge=1)
     index: str = rule("exact", choices=("exact", "lance"))
     knn_k: int = rule(20, ge=1)  # weighted kNN classification (DINO): neighbours that vote
     knn_t: float = rule(0.07, gt=0)  # ... with weight exp(cosine / knn_t)
-    # linear probe / fine-tuning
-    epochs: int = rule(100, ge=1)
-    lr: float = rule(0.08, gt=0)
-    optimizer: str = rule("lars", choices=OPTIMIZERS)
     seed: int = rule(0, ge=0)
     device: str = rule("auto", choices=DEVICES)
+    linear: LinearConfig = field(default_factory=LinearConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
 
     def __post_init__(self) -> None:
         check(self)

@@ -122,7 +122,9 @@ def different(tp, value, rules):
 def test_every_field_settable_with_set(tmp_path, kind, command):
     """One --set per field of the config (nested ones dotted), each to a value other than its default."""
     want, sets = {}, []
-    for cfg, prefix in [(kind(), "")] + ([(C.LoaderConfig(), "loader.")] if kind is C.PretrainConfig else []):
+    nested = [(getattr(kind(), f.name), f"{f.name}.") for f in dataclasses.fields(kind)
+              if dataclasses.is_dataclass(C.type_hints(kind)[f.name])]  # loader.*, linear.*, finetune.*
+    for cfg, prefix in [(kind(), ""), *nested]:
         hints = C.type_hints(type(cfg))
         for f in dataclasses.fields(cfg):
             if dataclasses.is_dataclass(hints[f.name]):
@@ -133,7 +135,8 @@ def test_every_field_settable_with_set(tmp_path, kind, command):
     where = {"pretrain": ["--data", tmp_path], "finetune": ["--data", tmp_path, "--checkpoint", tmp_path / "c.pt"],
              "preprocess": ["folder", tmp_path, "--out", tmp_path / "o"]}[command]
     got = printed_config(command, *where, *sets)
-    got.update({f"loader.{k}": v for k, v in got.pop("loader", {}).items()})
+    for _, prefix in nested:
+        got.update({f"{prefix}{k}": v for k, v in got.pop(prefix[:-1]).items()})
     assert got == want
 
 

@@ -71,6 +71,11 @@ def test_finetune_and_cam(pipeline, real_videos_dir):
     assert ft["top1"] == pytest.approx(np.mean([p["pred"] == p["label"] for p in preds]))
     assert len(ft["train_loss_per_epoch"]) == 1 and ft["train_loss_per_epoch"][0] > 0
     assert (pipeline / "ft" / "finetune_model.pt").is_file() and (pipeline / "ft" / "finetune_confusion.png").is_file()
+    # the supervised bound: the same backbone from random init, no checkpoint needed
+    moquad("finetune", "--data", pipeline / "shards", "--init", "random", "--backbone", "tiny", "--epochs", 1,
+           "--batch-size", 4, "--frames", 4, "--size", 32, "--num-clips", 1, "--out", pipeline / "ft0", "--device", "cpu")
+    ft0 = json.loads((pipeline / "ft0" / "finetune_random.json").read_text())
+    assert ft0["checkpoint"] is None and ft0["protocol"]["init"].startswith("random") and ft0["videos"] == ft["videos"]
     video = shutil.copy(real_videos_dir / "v_SoccerJuggling_g23_c01.avi", pipeline / "clip.avi")
     moquad("cam", video, "--checkpoint", ckpt, "--out", pipeline / "cam.png", "--frames", 4, "--size", 32,
            "--device", "cpu")

@@ -23,7 +23,7 @@ import torch.multiprocessing as mp
 import webdataset as wds
 from fixtures import make_checkpoint, write_dataset
 
-from moquad.config import EvalConfig
+from moquad.config import ConfigError, EvalConfig
 from moquad.data.augment import normalize
 from moquad.data.sampling import uniform_clips
 from moquad.data.store import Split
@@ -64,7 +64,8 @@ def make_tiny_dataset(root: Path, per_split: dict[str, int] | None = None, frame
 
 def eval_cfg(data: Path, ckpt: Path, out: Path, **kw) -> EvalConfig:
     base = dict(data=str(data), checkpoint=str(ckpt), out=str(out) if out else None, num_clips=2, frames=4, dilation=2, size=32,
-                crops=1, batch_size=8, workers=0, ks=(1, 5), device="cpu", epochs=3)
+                crops=1, batch_size=8, workers=0, ks=(1, 5), device="cpu", linear={"epochs": 3},
+                finetune={"epochs": 3})
     base.update(kw)
     return EvalConfig(**base)
 
@@ -182,8 +183,8 @@ def test_clear_errors(tiny, tmp_path):
         extract(eval_cfg(data, ckpt, tmp_path), "val")
     with pytest.raises(FileNotFoundError, match="checkpoint"):
         extract(eval_cfg(data, tmp_path / "nope.pt", tmp_path), "test")
-    with pytest.raises(ValueError, match="crops"):
-        extract(eval_cfg(data, ckpt, tmp_path, crops=2), "test")
+    with pytest.raises(ConfigError, match="crops must be one of 1, 3"):  # checked when the config is built
+        eval_cfg(data, ckpt, tmp_path, crops=2)
 
 
 def test_extract_and_retrieve_on_preprocessed_synthetic_videos(synth_root, tmp_path):

@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from moquad import config as C
+from moquad.config import ConfigError, EvalConfig
 from moquad.data.augment import normalize
 from moquad.data.sampling import uniform_clips
+from moquad.errors import MoquadError
 from moquad.eval.clips import spatial_crops
 from moquad.eval.finetune import finetune, load_classifier
 
@@ -19,8 +22,8 @@ def test_finetune_end_to_end(tmp_path):
 
     data = make_tiny_dataset(tmp_path / "data", {"train": 12, "test": 6}, frames=8)
     ckpt = make_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
-    cfg = eval_cfg(data, ckpt, tmp_path / "out", epochs=4, batch_size=4, lr=0.05, optimizer="sgd", num_clips=2,
-                   crops=3)
+    cfg = eval_cfg(data, ckpt, tmp_path / "out", num_clips=2, crops=3,
+                   finetune={"epochs": 4, "batch_size": 4, "lr": 0.05, "optimizer": "sgd"})
     res = finetune(cfg)
     out = tmp_path / "out"
     for name in ("finetune.json", "finetune.txt", "finetune_confusion.png", "finetune_model.pt"):
@@ -50,15 +53,56 @@ def test_finetune_end_to_end(tmp_path):
     assert sum(r["videos"] for r in res["per_class"]) == 6
 
 
-def test_finetune_rejects_bad_settings(tmp_path):
-    from test_features import eval_cfg, make_checkpoint, make_tiny_dataset
+def test_finetune_settings_checked_when_built(tmp_path):
+    from test_features import eval_cfg
 
-    data = make_tiny_dataset(tmp_path / "data", {"train": 2, "test": 1}, frames=8)
-    ckpt = make_checkpoint(tmp_path / "c.pt")
-    with pytest.raises(ValueError, match="test_crops"):
-        finetune(eval_cfg(data, ckpt, tmp_path), test_crops=2)
-    with pytest.raises(ValueError, match="optimizer"):
-        finetune(eval_cfg(data, ckpt, tmp_path, optimizer="adam9", epochs=1))
+    with pytest.raises(ConfigError, match="finetune.optimizer must be one of lars, sgd, adamw"):
+        eval_cfg(tmp_path, tmp_path, tmp_path, finetune={"optimizer": "adam9"})
+    with pytest.raises(ConfigError, match="finetune.init must be one of checkpoint, random"):
+        eval_cfg(tmp_path, tmp_path, tmp_path, finetune={"init": "imagenet"})
+
+
+def test_finetune_from_random_init_needs_no_checkpoint(tmp_path):
+    """--init random: the backbone is built from its name and seeded, not loaded; the result says so."""
+    from test_features import eval_cfg, make_tiny_dataset
+
+    from moquad.models import build_backbone
+
+    data = make_tiny_dataset(tmp_path / "data", {"train": 4, "test": 3}, frames=8)
+    cfg = eval_cfg(data, "", tmp_path / "out", num_clips=1, seed=5,
+                   finetune={"init": "random", "backbone": "tiny", "epochs": 1, "batch_size": 4, "lr": 1e-9,
+                             "optimizer": "sgd"})
+    res = finetune(cfg)
+    assert res["checkpoint"] is None and res["protocol"]["init"].startswith("random")
+    net, saved = load_classifier(tmp_path / "out" / "finetune_random_model.pt")
+    assert saved["source_sha256"] is None and saved["config"] == {"backbone": "tiny"}
+    torch.manual_seed(5)  # reference: the same seed's fresh backbone; lr 1e-9 leaves its weights (BN stats move)
+    ref, _ = build_backbone("tiny")
+    for k, v in ref.state_dict().items():
+        if "running" not in k and "num_batches" not in k:
+            torch.testing.assert_close(net.backbone.state_dict()[k], v, atol=1e-6, rtol=0)
+    with pytest.raises(MoquadError, match="--backbone"):
+        finetune(eval_cfg(data, "", tmp_path / "o2", finetune={"init": "random"}))
+
+
+@pytest.mark.slow
+def test_supervised_bound_at_demo_settings_beats_chance(tmp_path):
+    """`moquad synth` motion classes, tiny backbone from random init, eval/cpu_demo.yaml's finetune settings
+    (AdamW 1e-3, batch 8; 40 epochs to stay fast): test top-1 clearly above chance (1/3)."""
+    from moquad.config import PreprocessConfig, resolve
+    from moquad.eval.finetune import supervised_bound
+    from moquad.preprocess.run import preprocess
+    from moquad.quickstart import EVAL_RECIPE, demo_recipe
+    from moquad.synth import make_synth
+
+    raw = make_synth(tmp_path / "raw", classes=3, per_class=12, size=32, frames=16, seed=0)
+    data = tmp_path / "shards"
+    preprocess(PreprocessConfig(dataset="ucf101", root=str(raw), out=str(data), short_side=32, workers=1), quiet=True)
+    cfg = resolve(EvalConfig(), demo_recipe(EVAL_RECIPE), {"out": str(tmp_path / "out"), "device": "cpu", "num_clips": 2})
+    assert (cfg.finetune.optimizer, cfg.finetune.lr, cfg.finetune.batch_size) == ("adamw", 0.001, 8)
+    cfg = resolve(cfg, None, {"finetune.epochs": 40})
+    res = supervised_bound(data, cfg, "tiny", seed=0)
+    assert res["videos"] >= 6 and res["top1"] >= 0.6, res["top1"]
 
 
 def _ddp_worker(rank, world, port, cfg, result):
@@ -84,7 +128,7 @@ def test_finetune_on_two_ranks_predicts_every_video_once(tmp_path):
 
     data = make_tiny_dataset(tmp_path / "data", {"train": 6, "test": 5}, frames=8)
     ckpt = make_checkpoint(tmp_path / "c.pt")
-    cfg = eval_cfg(data, ckpt, tmp_path / "out", epochs=1, batch_size=4, optimizer="lars", num_clips=1)
+    cfg = eval_cfg(data, ckpt, tmp_path / "out", num_clips=1, finetune={"epochs": 1, "batch_size": 4})
     mp.spawn(_ddp_worker, args=(2, _free_port(), cfg, tmp_path), nprocs=2, join=True)
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0 == r1 and r0["ranks"] == 2  # both ranks report the same gathered result
@@ -94,3 +138,23 @@ def test_finetune_on_two_ranks_predicts_every_video_once(tmp_path):
     assert [p["video_id"] for p in r0["preds"]] == ids  # odd count, manifest order, no padding
     saved = json.loads((tmp_path / "out" / "finetune.json").read_text())
     assert saved["videos"] == 5 and np.sum(saved["confusion"]) == 5
+
+
+def test_training_clips_flip_only_when_the_protocol_says(tmp_path):
+    """``flip`` off (SSv2, direction classes): the same crops, never mirrored; on: some clips are mirrored."""
+    from test_features import make_tiny_dataset
+
+    from moquad.data.store import Split
+    from moquad.eval.clips import TrainClips
+
+    data = make_tiny_dataset(tmp_path / "data", {"train": 8, "test": 1}, frames=8)
+    split = Split(data, "train")
+    rows = np.arange(len(split))
+    on, off = (TrainClips(split, rows, 4, 2, 16, flip, seed=3) for flip in (True, False))
+    mirrored = 0
+    for k in rows:
+        a, b = on[k][0], off[k][0]
+        mirrored += not torch.equal(a, b)
+        assert torch.equal(a, b) or torch.equal(a, b.flip(-1))
+    assert 0 < mirrored < len(rows)
+    assert C.resolve(EvalConfig(), "eval/linear_ssv2.yaml", {}).linear.flip is False

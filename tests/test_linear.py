@@ -59,8 +59,9 @@ def test_cvrl_probe_leaves_backbone_untouched(tmp_path, monkeypatch):
 
     monkeypatch.setitem(lin.__dict__, "_orig_load", lin.load_model)
     monkeypatch.setattr(lin, "load_model", spy)
-    cfg = eval_cfg(data, ckpt, tmp_path / "out", epochs=2, batch_size=4, lr=0.5, optimizer="sgd")
-    res = linear(cfg, fast=False, frames=4, dilation=1)
+    cfg = eval_cfg(data, ckpt, tmp_path / "out", frames=4, dilation=1,
+                   linear={"epochs": 2, "batch_size": 4, "lr": 0.5, "optimizer": "sgd"})
+    res = linear(cfg, fast=False)
     original = torch.load(ckpt, weights_only=True)["model"]
     after = seen["model"].state_dict()
     bb = [k for k in original if k.startswith("backbone.")]

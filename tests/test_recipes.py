@@ -42,9 +42,10 @@ def test_defaults_are_the_papers_main_setting():
     assert (cfg.method, cfg.temperature, cfg.loader.dilations) == ("moquad", 0.1, (1, 2, 4))
     assert (cfg.loader.appearance_op, cfg.loader.motion_ops) == ("rad_inter", ("speed",))
     assert cfg.loader.ad_pos and cfg.loader.intra_neg and cfg.loader.ad_intra_neg
-    ev = C.EvalConfig()  # fine-tuning: 100 epochs, LARS 0.08, 16 frames at dilation 2; 10 clips per video
-    assert (ev.epochs, ev.optimizer, ev.lr, ev.frames, ev.dilation, ev.size, ev.num_clips) == (
-        100, "lars", 0.08, 16, 2, 224, 10)
+    ev = C.EvalConfig()  # fine-tuning: 100 epochs, batch 32, LARS 0.08, 16 frames at dilation 2; 10 clips per video
+    ft = ev.finetune
+    assert (ft.init, ft.epochs, ft.batch_size, ft.optimizer, ft.lr) == ("checkpoint", 100, 32, "lars", 0.08)
+    assert (ev.frames, ev.dilation, ev.size, ev.num_clips) == (16, 2, 224, 10)
     assert C.PreprocessConfig().short_side == 256  # 224 crops from full-resolution frames (CVRL)
 
 
@@ -108,10 +109,11 @@ def test_eval_recipe(path):
     # "densely samples 10 clips from each video"; retrieval: 10 uniform clips averaged
     assert (cfg.size, cfg.num_clips) == (224, 10)
     if path.stem.startswith("finetune"):  # 100 epochs, batch 32, LARS 0.08, 16 frames dilation 2, 3-crop test
-        assert (cfg.epochs, cfg.batch_size, cfg.lr, cfg.optimizer) == (100, 32, 0.08, "lars")
+        ft = cfg.finetune
+        assert (ft.epochs, ft.batch_size, ft.lr, ft.optimizer) == (100, 32, 0.08, "lars")
         assert (cfg.frames, cfg.dilation, cfg.crops) == (16, 2, 3)
     if path.stem.startswith("linear"):  # 32 frames at stride 2, 100 epochs, 3-crop test
-        assert (cfg.epochs, cfg.frames, cfg.dilation, cfg.crops) == (100, 32, 2, 3)
+        assert (cfg.linear.epochs, cfg.linear.batch_size, cfg.frames, cfg.dilation, cfg.crops) == (100, 32, 32, 2, 3)
     if path.stem.startswith("retrieval"):
         assert (cfg.frames, cfg.crops) == (16, 1) and {1, 5, 10} <= set(cfg.ks)
 

@@ -7,7 +7,8 @@ or clamped). Training clips of the linear probe and fine-tuning start at random.
 Spatial: the short side is resized to ``size`` (bilinear, antialiased) and then either the centre
 ``size x size`` square is taken, or 3 squares along the long side (left/centre/right for landscape,
 top/centre/bottom for portrait), as in SlowFast's 3-crop test. Training: short side ``size * 8 / 7``,
-random square crop, random horizontal flip.
+random square crop, random horizontal flip unless the protocol's ``flip`` is off
+(left/right-sensitive classes: SSv2, direction families).
 """
 
 from __future__ import annotations
@@ -35,26 +36,23 @@ def spatial_crops(x: torch.Tensor, size: int, crops: int) -> torch.Tensor:
     """uint8 frames (T, H, W, 3) -> uint8 (crops, 3, T, size, size); see module docstring."""
     y = resize_short(x, size)
     _, _, h, w = y.shape
-    if crops == 1:
+    if crops == 1:  # EvalConfig.crops: 1 or 3
         offsets = [((h - size) // 2, (w - size) // 2)]
-    elif crops == 3:
-        if w >= h:
-            offsets = [((h - size) // 2, x0) for x0 in (0, (w - size) // 2, w - size)]
-        else:
-            offsets = [(y0, (w - size) // 2) for y0 in (0, (h - size) // 2, h - size)]
+    elif w >= h:
+        offsets = [((h - size) // 2, x0) for x0 in (0, (w - size) // 2, w - size)]
     else:
-        raise ValueError(f"crops must be 1 or 3, got {crops}")
+        offsets = [(y0, (w - size) // 2) for y0 in (0, (h - size) // 2, h - size)]
     out = [y[:, :, y0 : y0 + size, x0 : x0 + size] for y0, x0 in offsets]
     return torch.stack(out).round_().clamp_(0, 255).to(torch.uint8)
 
 
-def random_crop_flip(x: torch.Tensor, size: int, rng: np.random.Generator) -> torch.Tensor:
-    """Training-time spatial augmentation: short side -> size*8/7, random square crop, random h-flip."""
+def random_crop_flip(x: torch.Tensor, size: int, flip: bool, rng: np.random.Generator) -> torch.Tensor:
+    """Training-time spatial augmentation: short side -> size*8/7, random square crop, random h-flip (if ``flip``)."""
     y = resize_short(x, round(size * 8 / 7))
     _, _, h, w = y.shape
     y0, x0 = int(rng.integers(0, h - size + 1)), int(rng.integers(0, w - size + 1))
     y = y[:, :, y0 : y0 + size, x0 : x0 + size]
-    if rng.random() < 0.5:
+    if rng.random() < 0.5 and flip:  # the draw happens either way: the crops do not depend on ``flip``
         y = y.flip(-1)
     return y.round_().clamp_(0, 255).to(torch.uint8)
 
@@ -75,8 +73,9 @@ def labelled(split: Split) -> np.ndarray:
 class TrainClips(torch.utils.data.Dataset):
     """One random augmented clip per video of ``rows``; the randomness is a function of (seed, epoch, row)."""
 
-    def __init__(self, split: Split, rows: np.ndarray, frames: int, dilation: int, size: int, seed: int):
-        self.split, self.rows, self.frames, self.dilation, self.size, self.seed = split, rows, frames, dilation, size, seed
+    def __init__(self, split: Split, rows: np.ndarray, frames: int, dilation: int, size: int, flip: bool, seed: int):
+        self.split, self.rows, self.frames, self.dilation, self.size = split, rows, frames, dilation, size
+        self.flip, self.seed = flip, seed
         self.epoch = 0
 
     def __len__(self) -> int:
@@ -86,7 +85,7 @@ class TrainClips(torch.utils.data.Dataset):
         i = int(self.rows[k])
         rng = np.random.default_rng([self.seed, self.epoch, i])
         idx = random_clip(int(self.split.num_frames[i]), self.frames, self.dilation, rng)
-        clip = random_crop_flip(torch.from_numpy(self.split.read_frames(i, idx)), self.size, rng)
+        clip = random_crop_flip(torch.from_numpy(self.split.read_frames(i, idx)), self.size, self.flip, rng)
         return clip, int(self.split.label[i])
 
 

@@ -1,8 +1,10 @@
-"""Shared plumbing of the evaluation stage: device and ranks, paths, input checks, the frozen-backbone check."""
+"""Shared plumbing of the evaluation stage: device and ranks, paths, the checkpoint hash, the frozen-backbone check."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
 from pathlib import Path
 
 import torch
@@ -10,7 +12,7 @@ from torch import nn
 
 from moquad import dist
 from moquad.config import EvalConfig
-from moquad.objstore import is_url
+from moquad.errors import MoquadError
 
 
 def resolve_device(name: str) -> torch.device:
@@ -28,8 +30,24 @@ def dist_env() -> tuple[int, int]:
     return 0, 1
 
 
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    """sha256 hex digest of a file (the checkpoint's identity in every result)."""
+def sha256_file(path: str | Path) -> str:
+    """sha256 hex digest of a file (the checkpoint's identity in every result).
+
+    Read once per file version: a command asks for it from extraction (each split) and the result's
+    provenance, so the digest is kept, keyed by the file's path, size and modification time."""
+    st = os.stat(path)
+    return _sha256(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+
+
+def checkpoint_sha256(path: str | Path) -> str:
+    """:func:`sha256_file` of a checkpoint, with the error a user acts on when it is missing."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"checkpoint {path} not found; pass --checkpoint RUN/checkpoints/last.pt")
+    return sha256_file(path)
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256(path: str, size: int, mtime_ns: int, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk):
@@ -41,25 +59,11 @@ def out_dir(cfg: EvalConfig) -> Path:
     """``cfg.out``, else ``RUN/eval`` next to the checkpoint's run folder."""
     if cfg.out:
         return Path(cfg.out)
+    if not cfg.checkpoint:
+        raise MoquadError("no checkpoint to put the results beside; pass --out DIR")
     ckpt = Path(cfg.checkpoint)
     run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
     return run / "eval"
-
-
-def check_inputs(cfg: EvalConfig) -> None:
-    """Clear errors for the settings every evaluation needs."""
-    if not cfg.data:
-        raise ValueError("no data folder given; pass --data DIR (the output of `moquad preprocess`)")
-    if not is_url(cfg.data) and not Path(cfg.data).is_dir():
-        raise FileNotFoundError(f"data folder {cfg.data} not found; pass --data DIR from `moquad preprocess`")
-    if not cfg.checkpoint:
-        raise ValueError("no checkpoint given; pass --checkpoint RUN/checkpoints/last.pt")
-    if not Path(cfg.checkpoint).is_file():
-        raise FileNotFoundError(f"checkpoint {cfg.checkpoint} not found; pass --checkpoint RUN/checkpoints/last.pt")
-    if cfg.crops not in (1, 3):
-        raise ValueError(f"crops must be 1 (centre) or 3 (left/centre/right), got {cfg.crops}")
-    if cfg.num_clips < 1 or cfg.frames < 1 or cfg.dilation < 1:
-        raise ValueError("num_clips, frames and dilation must all be >= 1")
 
 
 def snapshot(module: nn.Module) -> dict[str, torch.Tensor]:

@@ -41,12 +41,11 @@ from moquad.data.augment import normalize
 from moquad.data.store import Split
 from moquad.eval.clips import TestViews
 from moquad.eval.common import (
-    check_inputs,
     check_unchanged,
+    checkpoint_sha256,
     dist_env,
     out_dir,
     resolve_device,
-    sha256_file,
     snapshot,
 )
 from moquad.objstore import is_url
@@ -147,14 +146,13 @@ def _write(path: Path, split: Split, rows_emb: np.ndarray, meta: dict[str, Any])
 
 def extract(cfg: EvalConfig, split: str, *, force: bool = False) -> Path:
     """Extract (or reuse) the features of ``split`` -> path of the Lance dataset (same on every rank)."""
-    check_inputs(cfg)
     data = Split(cfg.data, split)
     if len(data) == 0:
         raise ValueError(f"split {split!r} of {cfg.data} has no videos; check manifests/errors.parquet")
     path = features_path(cfg, split)
     meta = {
         "protocol": protocol(cfg, split),
-        "checkpoint_sha256": sha256_file(cfg.checkpoint),
+        "checkpoint_sha256": checkpoint_sha256(cfg.checkpoint),
         "manifest_checksum": data.checksum_value,
         "checkpoint": str(Path(cfg.checkpoint).resolve()),
         "data": cfg.data if is_url(cfg.data) else str(Path(cfg.data).resolve()),

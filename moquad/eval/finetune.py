@@ -1,25 +1,31 @@
 """Supervised fine-tuning of the whole pre-trained backbone (the paper's action-recognition protocol).
 
 Paper (Sec. 4.1): 100 epochs, clips of 16 frames at dilation 2, batch 32, LARS, lr 0.08,
-half-period cosine. Here: ``cfg.epochs``, ``cfg.frames`` / ``cfg.dilation``, ``cfg.batch_size``,
-``cfg.optimizer`` (moquad.train.lars: no decay / adaptation on BN and bias), ``cfg.lr``
-used as given (not batch-scaled), cosine to 0 without warm-up. Training clip: random start,
-short side ``size*8/7``, random ``size`` crop, random horizontal flip. The classifier is a
-fresh linear layer on the pooled backbone feature (the projection head is dropped), with
-dropout ``dropout`` before it.
+half-period cosine: the defaults of ``cfg.finetune`` (:class:`moquad.config.FinetuneConfig`: epochs,
+optimizer, lr used as given (not batch-scaled), batch, weight decay, dropout) with ``cfg.frames`` /
+``cfg.dilation``; cosine to 0 without warm-up; LARS as moquad.train.lars (no decay / adaptation on
+BN and bias). Training clip: random start, short side ``size*8/7``, random ``size`` crop, random
+horizontal flip. The classifier is a fresh linear layer on the pooled backbone feature (the
+projection head is dropped), with dropout before it.
 
-Test (SlowFast / the paper): ``cfg.num_clips`` uniformly spaced clips x ``test_crops``
-(default ``cfg.crops``; the paper uses 10 x 3) spatial crops per video; the softmax of all
-views is averaged per video.
+Start (``cfg.finetune.init``): ``checkpoint`` loads the pre-trained backbone; ``random`` trains the
+same backbone from random init (seed ``cfg.seed``): the supervised bound of a self-supervised
+result (:func:`supervised_bound`). Its backbone is ``cfg.finetune.backbone``, else the checkpoint's
+(read for its settings only), so ``random`` needs no checkpoint when the backbone is named.
+
+Test (SlowFast / the paper): ``cfg.num_clips`` uniformly spaced clips x ``cfg.crops`` (the paper's
+recipes: 10 x 3) spatial crops per video; the softmax of all views is averaged per video.
 
 Distributed (torchrun env): DDP, ``cfg.batch_size`` is the GLOBAL batch (split evenly over
 ranks, as in pre-training), a DistributedSampler per epoch; the test videos are split over
 ranks without padding and every video is predicted exactly once; rank 0 writes.
 
-Outputs in ``OUT``: ``finetune.json`` + ``finetune.txt`` (top-1/5, per-class accuracy,
-confusion matrix, protocol, checkpoint, data), ``finetune_confusion.png`` and
+Outputs in ``OUT`` (named ``finetune_random*`` from random init, so a bound never overwrites a result):
+``finetune.json`` + ``finetune.txt`` (top-1/5, per-class accuracy, confusion matrix, protocol,
+checkpoint, data), ``finetune_confusion.png`` and
 ``finetune_model.pt`` (``{"backbone", "classifier", "classes", "config", "source_sha256"}``,
-state dicts, loadable with ``weights_only=True``; ``moquad cam`` uses it when present).
+state dicts, loadable with ``weights_only=True``; ``source_sha256`` is the checkpoint the weights
+started from, None from random init; ``moquad cam`` uses it when present).
 """
 
 from __future__ import annotations
@@ -39,19 +45,20 @@ from moquad.config import EvalConfig
 from moquad.data import store
 from moquad.data.augment import normalize
 from moquad.data.store import Split
+from moquad.errors import MoquadError
 from moquad.eval.clips import TrainClips, labelled
-from moquad.eval.common import check_inputs, dist_env, out_dir, resolve_device, sha256_file
+from moquad.eval.common import checkpoint_sha256, dist_env, out_dir, resolve_device
 from moquad.eval.linear import cosine, predict_views
 from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
 from moquad.io import atomic_write_bytes
-from moquad.train.checkpoint import load_model
+from moquad.train.checkpoint import load, load_model
 from moquad.train.lars import make_optimizer
 
 
 class Classifier(nn.Module):
     """Backbone -> dropout -> linear layer over classes."""
 
-    def __init__(self, backbone: nn.Module, feat_dim: int, num_classes: int, dropout: float = 0.5):
+    def __init__(self, backbone: nn.Module, feat_dim: int, num_classes: int, dropout: float):
         super().__init__()
         self.backbone = backbone
         self.dropout = nn.Dropout(dropout)
@@ -67,7 +74,7 @@ def load_classifier(path: str | Path) -> tuple[Classifier, dict[str, Any]]:
 
     saved = torch.load(path, map_location="cpu", weights_only=True)
     backbone, feat_dim = build_backbone(saved["config"]["backbone"])
-    net = Classifier(backbone, feat_dim, len(saved["classes"]))
+    net = Classifier(backbone, feat_dim, len(saved["classes"]), 0.0)  # dropout is off in eval mode anyway
     net.backbone.load_state_dict(saved["backbone"])
     net.fc.load_state_dict(saved["classifier"])
     return net.eval(), saved
@@ -100,24 +107,25 @@ def plot_confusion(conf: np.ndarray, classes: list[str], path: Path, title: str)
     return path
 
 
-def _train(net: nn.Module, cfg: EvalConfig, train: Split, rows: np.ndarray, weight_decay: float,
-           device: torch.device, rank: int, world: int) -> list[float]:
+def _train(net: nn.Module, cfg: EvalConfig, train: Split, rows: np.ndarray, device: torch.device, rank: int,
+           world: int) -> list[float]:
     """Fine-tune ``net`` in place (DDP under torchrun); the mean training loss of every epoch."""
-    opt = make_optimizer(net, cfg.optimizer, cfg.lr, weight_decay)
+    ft = cfg.finetune
+    opt = make_optimizer(net, ft.optimizer, ft.lr, ft.weight_decay)
     train_net: nn.Module = net
     if dist.is_dist():
         train_net = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
-    ds = TrainClips(train, rows, cfg.frames, cfg.dilation, cfg.size, cfg.seed)
-    per_rank = cfg.batch_size // world
+    ds = TrainClips(train, rows, cfg.frames, cfg.dilation, cfg.size, cfg.finetune.flip, cfg.seed)
+    per_rank = ft.batch_size // world
     sampler = torch.utils.data.DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed)
     loader = torch.utils.data.DataLoader(ds, batch_size=per_rank, sampler=sampler, num_workers=cfg.workers,
                                          drop_last=len(sampler) > per_rank)  # same step count on every rank
-    lrs = cosine(cfg.lr, cfg.epochs * len(loader))
+    lrs = cosine(ft.lr, ft.epochs * len(loader))
     losses: list[float] = []
     step = 0
     with Progress(transient=True, disable=rank != 0) as progress:
         task = progress.add_task("fine-tuning", total=len(lrs))
-        for epoch in range(cfg.epochs):
+        for epoch in range(ft.epochs):
             ds.epoch = epoch
             sampler.set_epoch(epoch)
             train_net.train()
@@ -138,60 +146,88 @@ def _train(net: nn.Module, cfg: EvalConfig, train: Split, rows: np.ndarray, weig
     return losses
 
 
-def _save_model(net: Classifier, classes: list[str], ckpt: dict[str, Any], cfg: EvalConfig, path: Path) -> None:
+def _network(cfg: EvalConfig, num_classes: int) -> tuple[Classifier, dict[str, Any], str | None]:
+    """The network to fine-tune, the model settings it records, and the sha256 of the weights it starts from."""
+    ft = cfg.finetune
+    if ft.init == "checkpoint":
+        model, ckpt = load_model(cfg.checkpoint)
+        if ft.backbone and ft.backbone != ckpt["config"]["backbone"]:
+            raise MoquadError(f"finetune.backbone {ft.backbone!r} differs from the checkpoint's "
+                              f"{ckpt['config']['backbone']!r}; drop --backbone, or pass --init random")
+        net = Classifier(model.backbone, model.feat_dim, num_classes, ft.dropout)
+        return net, dict(ckpt["config"]), checkpoint_sha256(cfg.checkpoint)
+    name = ft.backbone or (load(cfg.checkpoint)["config"]["backbone"] if cfg.checkpoint else None)
+    if not name:
+        raise MoquadError("fine-tuning from random init needs --backbone NAME (or a --checkpoint to read it from)")
+    from moquad.models import build_backbone
+
+    backbone, feat_dim = build_backbone(name)
+    return Classifier(backbone, feat_dim, num_classes, ft.dropout), {"backbone": name}, None
+
+
+def _save_model(net: Classifier, classes: list[str], settings: dict[str, Any], source: str | None, path: Path) -> None:
     buf = io.BytesIO()
     torch.save({"backbone": net.backbone.state_dict(), "classifier": net.fc.state_dict(), "classes": classes,
-                "config": dict(ckpt["config"]), "source_sha256": sha256_file(cfg.checkpoint)}, buf)
+                "config": settings, "source_sha256": source}, buf)
     atomic_write_bytes(path, buf.getvalue())
 
 
-def finetune(cfg: EvalConfig, *, test_crops: int | None = None, weight_decay: float = 1e-4, dropout: float = 0.5,
-             json_path: str | Path | None = None) -> dict[str, Any]:
-    """Fine-tune the checkpoint's backbone on the train split, test on the test split; write results."""
-    check_inputs(cfg)
-    test_crops = cfg.crops if test_crops is None else test_crops
-    if test_crops not in (1, 3):
-        raise ValueError(f"test_crops must be 1 or 3, got {test_crops}")
+def _protocol(cfg: EvalConfig, world: int) -> dict[str, Any]:
+    ft = cfg.finetune
+    return {
+        "init": "random (no pre-training: the supervised bound)" if ft.init == "random" else "the checkpoint's backbone",
+        "train_clip": f"{cfg.frames} frames, dilation {cfg.dilation}, random start, short side size*8/7, "
+                      f"random crop{' + h-flip' if ft.flip else ', no flip'}", "epochs": ft.epochs, "batch_size": ft.batch_size,
+        "ranks": world, "optimizer": ft.optimizer, "lr": ft.lr, "schedule": "half-period cosine, no warm-up",
+        "weight_decay": ft.weight_decay, "dropout": ft.dropout,
+        "test": f"{cfg.num_clips} clips x {cfg.crops} crops, softmax averaged per video",
+    }
+
+
+def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None) -> dict[str, Any]:
+    """Fine-tune (from the checkpoint, or from random init) on the train split, test on the test split; write results."""
     rank, world = dist_env()
-    if cfg.batch_size % world:
-        raise ValueError(f"batch_size {cfg.batch_size} is the global batch; make it a multiple of {world} ranks")
+    if cfg.finetune.batch_size % world:
+        raise MoquadError(f"finetune.batch_size {cfg.finetune.batch_size} is the global batch; "
+                          f"make it a multiple of {world} ranks")
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
     train, test = Split(cfg.data, "train"), Split(cfg.data, "test")
     classes = store.classes(cfg.data)
     train_rows, test_rows = labelled(train), labelled(test)
     if not len(train_rows) or not len(test_rows):
-        raise ValueError("fine-tuning needs labelled videos in both the train and the test split")
-    model, ckpt = load_model(cfg.checkpoint)
-    net = Classifier(model.backbone, model.feat_dim, max(len(classes), int(train.label.max()) + 1), dropout).to(device)
-    losses = _train(net, cfg, train, train_rows, weight_decay, device, rank, world)
+        raise MoquadError("fine-tuning needs labelled videos in both the train and the test split")
+    net, settings, source = _network(cfg, max(len(classes), int(train.label.max()) + 1))
+    net = net.to(device)
+    losses = _train(net, cfg, train, train_rows, device, rank, world)
     # test: rank r takes videos r, r+W, ... (no padding), probabilities gathered and put back in order
     mine = dist.my_rows(len(test_rows))
-    probs = predict_views(net, dataclasses.replace(cfg, crops=test_crops), test, test_rows[mine], device,
-                          show=rank == 0)
-    probs = dist.gather_rows(mine, probs, len(test_rows))
+    probs = dist.gather_rows(mine, predict_views(net, cfg, test, test_rows[mine], device, show=rank == 0),
+                             len(test_rows))
     labels = test.label[test_rows]
     report = accuracy_report(probs, labels, classes)
     out = out_dir(cfg)
-    model_path, png = out / "finetune_model.pt", out / "finetune_confusion.png"
+    name = "finetune" if cfg.finetune.init == "checkpoint" else "finetune_random"  # a bound never overwrites
+    model_path, png = out / f"{name}_model.pt", out / f"{name}_confusion.png"
     if rank == 0:
-        _save_model(net, classes, ckpt, cfg, model_path)
+        _save_model(net, classes, settings, source, model_path)
         plot_confusion(np.array(report["confusion"]), classes, png, f"fine-tuned, top-1 {100 * report['top1']:.1f}%")
     result = provenance(cfg, {"train": train, "test": test})
-    result.update(task="finetune", **report)
-    result["protocol"] = {
-        "train_clip": f"{cfg.frames} frames, dilation {cfg.dilation}, random start, short side size*8/7, "
-                      "random crop + h-flip", "epochs": cfg.epochs, "batch_size": cfg.batch_size,
-        "ranks": world, "optimizer": cfg.optimizer, "lr": cfg.lr, "schedule": "half-period cosine, no warm-up",
-        "weight_decay": weight_decay, "dropout": dropout,
-        "test": f"{cfg.num_clips} clips x {test_crops} crops, softmax averaged per video",
-    }
+    result.update(task="finetune", protocol=_protocol(cfg, world), **report)
     result["train_loss_per_epoch"] = losses
     result["predictions"] = [{"video_id": str(test.video_id[i]), "label": int(y), "pred": int(p.argmax())}
                              for i, y, p in zip(test_rows, labels, probs)]
     result["confusion_png"], result["model"] = str(png), str(model_path)
-    json_path = Path(json_path) if json_path else out / "finetune.json"
+    json_path = Path(json_path) if json_path else out / f"{name}.json"
     write_result(result, json_path, [*accuracy_tables("fine-tuning", report), protocol_table("protocol", result)])
     dist.barrier()  # files written by rank 0 exist when any rank returns
     result["json"] = str(json_path)
     return result
+
+
+def supervised_bound(data: str | Path, cfg: EvalConfig, backbone: str, seed: int) -> dict[str, Any]:
+    """Test top-1 of ``backbone`` trained from random init on the labels of ``data`` (no checkpoint needed):
+    the supervised bound beside a self-supervised result. ``cfg`` gives the clip, test views and
+    ``cfg.finetune`` (e.g. eval/cpu_demo.yaml's demo-size settings) and must name ``out``."""
+    ft = dataclasses.replace(cfg.finetune, init="random", backbone=backbone)
+    return finetune(dataclasses.replace(cfg, data=str(data), checkpoint="", seed=seed, finetune=ft))

@@ -4,13 +4,13 @@ Two variants, both recorded in the result:
 
 - ``fast=True``: multinomial logistic regression on the cached video features of
   :func:`moquad.eval.features.extract` (mean over test-time clips), standardised with the
-  train mean/std, L2 penalty ``weight_decay``, fitted to convergence with full-batch L-BFGS
+  train mean/std, L2 penalty ``cfg.linear.l2``, fitted to convergence with full-batch L-BFGS
   (deterministic: a convex problem started from zero). Minutes on CPU for UCF101.
-- ``fast=False``: the CVRL protocol: clips of ``frames=32`` frames at ``dilation=2``, a
-  random clip per video per epoch with random crop + flip, the backbone frozen in eval
-  mode (no gradient, BN uses and keeps its running statistics), a linear layer trained for
-  ``cfg.epochs`` epochs with ``cfg.optimizer`` at ``cfg.lr`` and a half-period cosine;
-  test = ``cfg.num_clips`` x ``cfg.crops`` views per video, softmax averaged per video.
+- ``fast=False``: the CVRL protocol: clips of ``cfg.frames`` frames at ``cfg.dilation``
+  (eval/linear_*.yaml: 32 at 2), a random clip per video per epoch with random crop + flip,
+  the backbone frozen in eval mode (no gradient, BN uses and keeps its running statistics),
+  a linear layer trained as ``cfg.linear`` says (epochs, optimizer, lr, batch, weight decay)
+  with a half-period cosine; test = ``cfg.num_clips`` x ``cfg.crops`` views per video, softmax averaged per video.
 
 Either way the backbone is snapshotted (weights and BN buffers) before and compared
 bit-for-bit afterwards; any difference raises (the moco ``sanity_check``).
@@ -18,7 +18,6 @@ bit-for-bit afterwards; any difference raises (the moco ``sanity_check``).
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +31,15 @@ from moquad.data import store
 from moquad.data.augment import normalize
 from moquad.data.store import Split
 from moquad.eval.clips import TestViews, TrainClips, labelled
-from moquad.eval.common import check_inputs, check_unchanged, out_dir, resolve_device, snapshot
+from moquad.eval.common import check_unchanged, out_dir, resolve_device, snapshot
 from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
 from moquad.train.checkpoint import load_model
 from moquad.train.lars import make_optimizer
 from moquad.train.schedule import lr_schedule
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray, num_classes: int, weight_decay: float = 1e-4,
-                 max_iter: int = 500, device: torch.device | str = "cpu") -> nn.Linear:
+def fit_logistic(x: np.ndarray, y: np.ndarray, num_classes: int, weight_decay: float, max_iter: int = 500,
+                 device: torch.device | str = "cpu") -> nn.Linear:
     """Multinomial logistic regression (float64, L-BFGS, zero init) -> fitted ``nn.Linear`` (on CPU)."""
     xt = torch.as_tensor(x, dtype=torch.float64, device=device)
     yt = torch.as_tensor(y, dtype=torch.long, device=device)
@@ -60,7 +59,7 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, num_classes: int, weight_decay: f
     return clf.cpu()
 
 
-def _fast(cfg: EvalConfig, classes: list[str], weight_decay: float) -> tuple[dict[str, Any], dict[str, Any]]:
+def _fast(cfg: EvalConfig, classes: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     # imported here: Lance is not fork-safe, and the full protocol (--full) forks DataLoader workers
     from moquad.eval.features import extract, read_features
 
@@ -70,12 +69,12 @@ def _fast(cfg: EvalConfig, classes: list[str], weight_decay: float) -> tuple[dic
     xtr, ytr = tr["embedding"][keep_tr].astype(np.float64), tr["label"][keep_tr]
     mean, std = xtr.mean(0), xtr.std(0) + 1e-6
     n_cls = max(len(classes), int(ytr.max()) + 1)
-    clf = fit_logistic((xtr - mean) / std, ytr, n_cls, weight_decay, device=resolve_device(cfg.device))
+    clf = fit_logistic((xtr - mean) / std, ytr, n_cls, cfg.linear.l2, device=resolve_device(cfg.device))
     with torch.no_grad():
         logits = clf(torch.as_tensor((te["embedding"][keep_te] - mean) / std, dtype=torch.float64))
     probs = logits.softmax(1).numpy()
     proto = {"variant": "fast: logistic regression on cached features", "features": {k: v for k, v in tr["metadata"]["protocol"].items() if k != "split"},
-             "standardise": "train mean/std", "solver": "L-BFGS float64, zero init", "weight_decay": weight_decay,
+             "standardise": "train mean/std", "solver": "L-BFGS float64, zero init", "l2": cfg.linear.l2,
              "backbone_check": "weights and BN buffers compared bit-for-bit after extraction"}
     return accuracy_report(probs, te["label"][keep_te], classes), proto
 
@@ -104,8 +103,8 @@ def cosine(base: float, total: int) -> list[float]:
     return lr_schedule(base, 256, max(1, total), 0).tolist()
 
 
-def _cvrl(cfg: EvalConfig, classes: list[str], frames: int, dilation: int,
-          weight_decay: float) -> tuple[dict[str, Any], dict[str, Any]]:
+def _cvrl(cfg: EvalConfig, classes: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    lc = cfg.linear
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
     model, _ = load_model(cfg.checkpoint)
@@ -119,16 +118,16 @@ def _cvrl(cfg: EvalConfig, classes: list[str], frames: int, dilation: int,
         raise ValueError("the linear probe needs labelled videos in both the train and the test split")
     n_cls = max(len(classes), int(train.label.max()) + 1)
     clf = nn.Linear(model.feat_dim, n_cls).to(device)
-    opt = make_optimizer(clf, cfg.optimizer, cfg.lr, weight_decay)
-    ds = TrainClips(train, train_rows, frames, dilation, cfg.size, cfg.seed)
+    opt = make_optimizer(clf, lc.optimizer, lc.lr, lc.weight_decay)
+    ds = TrainClips(train, train_rows, cfg.frames, cfg.dilation, cfg.size, lc.flip, cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    loader = torch.utils.data.DataLoader(ds, batch_size=cfg.batch_size, shuffle=True, generator=gen,
-                                         num_workers=cfg.workers, drop_last=len(ds) > cfg.batch_size)
-    lrs = cosine(cfg.lr, cfg.epochs * len(loader))
+    loader = torch.utils.data.DataLoader(ds, batch_size=lc.batch_size, shuffle=True, generator=gen,
+                                         num_workers=cfg.workers, drop_last=len(ds) > lc.batch_size)
+    lrs = cosine(lc.lr, lc.epochs * len(loader))
     step = 0
     with Progress(transient=True) as progress:
         task = progress.add_task("linear probe", total=len(lrs))
-        for epoch in range(cfg.epochs):
+        for epoch in range(lc.epochs):
             ds.epoch = epoch
             for clips, labels in loader:
                 with torch.no_grad():
@@ -141,28 +140,25 @@ def _cvrl(cfg: EvalConfig, classes: list[str], frames: int, dilation: int,
                 opt.step()
                 step += 1
                 progress.advance(task)
-    test_cfg = dataclasses.replace(cfg, frames=frames, dilation=dilation)
-    probs = predict_views(nn.Sequential(backbone, clf), test_cfg, test, test_rows, device)
+    probs = predict_views(nn.Sequential(backbone, clf), cfg, test, test_rows, device)
     check_unchanged(backbone, before)
     labels = test.label[test_rows]
-    proto = {"variant": "cvrl: linear layer on the frozen backbone", "train_clip": f"{frames} frames, dilation {dilation}, "
-             "random start, short side size*8/7, random crop + flip", "backbone": "eval mode, no grad",
-             "test": f"{cfg.num_clips} clips x {cfg.crops} crops, softmax averaged", "epochs": cfg.epochs,
-             "batch_size": cfg.batch_size, "optimizer": cfg.optimizer, "lr": cfg.lr, "schedule": "half-period cosine",
-             "weight_decay": weight_decay, "backbone_check": "weights and BN buffers compared bit-for-bit: unchanged"}
+    proto = {"variant": "cvrl: linear layer on the frozen backbone", "train_clip": f"{cfg.frames} frames, dilation {cfg.dilation}, "
+             f"random start, short side size*8/7, random crop{' + flip' if lc.flip else ', no flip'}", "backbone": "eval mode, no grad",
+             "test": f"{cfg.num_clips} clips x {cfg.crops} crops, softmax averaged", "epochs": lc.epochs,
+             "batch_size": lc.batch_size, "optimizer": lc.optimizer, "lr": lc.lr, "schedule": "half-period cosine",
+             "weight_decay": lc.weight_decay, "backbone_check": "weights and BN buffers compared bit-for-bit: unchanged"}
     return accuracy_report(probs, labels, classes), proto
 
 
-def linear(cfg: EvalConfig, fast: bool = True, *, frames: int = 32, dilation: int = 2,
-           weight_decay: float | None = None, json_path: str | Path | None = None) -> dict[str, Any]:
+def linear(cfg: EvalConfig, fast: bool = True, *, json_path: str | Path | None = None) -> dict[str, Any]:
     """Linear probe (``fast`` on cached features, else the CVRL protocol); writes JSON + tables."""
-    check_inputs(cfg)
     train_t, test_t = Split(cfg.data, "train"), Split(cfg.data, "test")
     classes = store.classes(cfg.data)
     if fast:
-        report, proto = _fast(cfg, classes, 1e-4 if weight_decay is None else weight_decay)
+        report, proto = _fast(cfg, classes)
     else:
-        report, proto = _cvrl(cfg, classes, frames, dilation, 0.0 if weight_decay is None else weight_decay)
+        report, proto = _cvrl(cfg, classes)
     result = provenance(cfg, {"train": train_t, "test": test_t})
     result.update(task="linear", protocol=proto, **report)
     name = "linear_fast" if fast else "linear_cvrl"

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from moquad.config import EvalConfig, to_dict
 from moquad.data.store import Split
-from moquad.eval.common import sha256_file
+from moquad.eval.common import checkpoint_sha256
 from moquad.io import atomic_write_text
 
 
@@ -26,7 +26,8 @@ def provenance(cfg: EvalConfig, splits: dict[str, Split]) -> dict[str, Any]:
     """The record every result carries: full eval config, checkpoint hash, manifest checksums."""
     return {
         "config": to_dict(cfg),
-        "checkpoint": {"path": str(Path(cfg.checkpoint).resolve()), "sha256": sha256_file(cfg.checkpoint)},
+        "checkpoint": ({"path": str(Path(cfg.checkpoint).resolve()), "sha256": checkpoint_sha256(cfg.checkpoint)}
+                       if cfg.checkpoint else None),  # None: fine-tuned from random init with no checkpoint
         "data": {
             "dir": str(Path(cfg.data).resolve()),
             "manifests": {s: {"videos": len(t), "checksum": t.checksum_value} for s, t in splits.items()},
@@ -66,7 +67,8 @@ def protocol_table(title: str, result: dict[str, Any]) -> Table:
     t = Table(title=title, show_header=False, min_width=len(title) + 4)
     t.add_column("key")
     t.add_column("value")
-    t.add_row("checkpoint", f"{result['checkpoint']['path']} (sha256 {result['checkpoint']['sha256'][:12]})")
+    ckpt = result["checkpoint"]
+    t.add_row("checkpoint", f"{ckpt['path']} (sha256 {ckpt['sha256'][:12]})" if ckpt else "none")
     for split, m in result["data"]["manifests"].items():
         t.add_row(f"data {split}", f"{result['data']['dir']} ({m['videos']} videos, {m['checksum'][:12]})")
     for k, v in result.get("protocol", {}).items():
