@@ -66,10 +66,11 @@ def donor_pool(split: Split, count: int, cell: int, rng: np.random.Generator) ->
     count = min(n, max(2, count))
     chosen = rng.choice(n, size=count, replace=False) if count < n else rng.permutation(n)
     frames, videos, used = [], [], 0
-    for i in chosen.tolist():
-        f = int(rng.integers(0, split.num_frames[i]))
+    picks = [(i, int(rng.integers(0, split.num_frames[i]))) for i in chosen.tolist()]  # the same draws as before
+    for (i, _), data in zip(picks, split.frame_bytes_many(picks)):  # the reads overlap on an object store
         try:
-            data = split.frame_bytes(i, f)
+            if isinstance(data, Exception):
+                raise data
             used += len(data)
             frames.append(decode_jpeg(data))
         except (BadSample, OSError):
