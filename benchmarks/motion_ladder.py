@@ -26,14 +26,16 @@ from pathlib import Path
 
 from moquad import config as C
 
-# name -> (method, --set assignments on top of train/cpu_demo.yaml). "base" is the SimCLR base of the ladder.
+# name -> (method, --set assignments on top of train/cpu_demo.yaml; each names its flip policy and motion ops, so
+# a variant means the same whatever the recipe adopts). "base" is the SimCLR base of the ladder; "paper" MoQuad
+# with the paper's augmentation (speed Intra-Negs, flips per view).
 VARIANTS: dict[str, tuple[str, list[str]]] = {
-    "base": ("simclr", []),
+    "base": ("simclr", ["loader.flip=independent"]),
     "paper": ("moquad", ["loader.motion_ops=speed", "loader.flip=independent"]),
-    "reverse": ("moquad", ["loader.motion_ops=reverse"]),
-    "shared_flip": ("moquad", ["loader.flip=shared"]),
-    "speed+reverse": ("moquad", ["loader.motion_ops=speed,reverse"]),
-    "periodic": ("moquad", ["loader.motion_ops=periodic"]),
+    "reverse": ("moquad", ["loader.motion_ops=reverse", "loader.flip=independent"]),
+    "shared_flip": ("moquad", ["loader.motion_ops=speed", "loader.flip=shared"]),
+    "speed+reverse": ("moquad", ["loader.motion_ops=speed,reverse", "loader.flip=independent"]),
+    "periodic": ("moquad", ["loader.motion_ops=periodic", "loader.flip=shared"]),
     "speed+reverse+shared": ("moquad", ["loader.motion_ops=speed,reverse", "loader.flip=shared"]),
     "reverse+shared": ("moquad", ["loader.motion_ops=reverse", "loader.flip=shared"]),
     "base+shared": ("simclr", ["loader.flip=shared"]),
