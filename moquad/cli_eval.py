@@ -15,7 +15,7 @@ from typing import Any
 import typer
 
 from moquad import config as C
-from moquad.cli_common import _PRINT, _RECIPE, _SET, _friendly, _need_dir, _need_file, _printed
+from moquad.cli_common import _PRINT, _RECIPE, _SET, _friendly, _need_dir, _need_file, _printed, _recipe
 from moquad.errors import MoquadError
 from moquad.eval.protocols import PROTOCOLS, run
 
@@ -75,7 +75,7 @@ def build_config(name: str, data: str, checkpoint: str, recipe: str | None, sets
     _need_dir(data, "data folder", "run `moquad preprocess` first and pass its --out folder")
     if checkpoint:
         _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain` (RUN/checkpoints/last.pt)")
-    cfg = C.resolve(C.EvalConfig(), recipe, dict(data=data, checkpoint=checkpoint, **flags), sets or ())
+    cfg = C.resolve(C.EvalConfig(), _recipe(recipe, "eval"), dict(data=data, checkpoint=checkpoint, **flags), sets or ())
     if not cfg.checkpoint and not (name == "finetune" and cfg.finetune.init == "random"):
         raise MoquadError(f"{name} needs --checkpoint RUN/checkpoints/last.pt (a .pt written by `moquad pretrain`)")
     return cfg

@@ -67,7 +67,7 @@ def test_a_mosaic_holds_k2_distinct_videos_whatever_the_per_rank_batch(solid, k,
     from moquad.data.pipeline import make_loader
 
     size = 40 if k == 5 else 30
-    cfg = LoaderConfig(frames=4, size=size, rad_k=k, rad_lambda=(1.0, 1.0), crop_scale=(1.0, 1.0), flip=False,
+    cfg = LoaderConfig(frames=4, size=size, rad_k=k, rad_lambda=(1.0, 1.0), crop_scale=(1.0, 1.0), flip="none",
                        color_jitter=0.0, grayscale=0.0, workers=0)
     need, c = min(k * k, 24 - 1), size // k
     seen = 0

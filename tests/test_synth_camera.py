@@ -53,7 +53,7 @@ def test_layout_and_disjoint_sources(camera_root, real_videos_dir):
     train = {r["source"] for r in rows if r["split"] == "train"}
     test = {r["source"] for r in rows if r["split"] == "test"}
     assert train and test and not train & test  # no footage in both splits
-    listing = list_ucf101(camera_root)
+    listing = list_ucf101(camera_root, 1)
     assert listing.classes == list(CAMERA[:4]) and not listing.missing
     assert sorted((v.split, v.path.name) for v in listing.videos) == sorted(
         (r["split"], r["video"].split("/")[1]) for r in rows)
