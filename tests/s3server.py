@@ -35,7 +35,7 @@ class FaultProxy(ThreadingHTTPServer):
         self.upstream = upstream
         self.latency = 0.0  # seconds added to each ranged GET
         self.fail_every = 0  # every n-th ranged GET: 503 (odd faults) or a dropped connection (even faults)
-        self.always_fail: str | None = None  # a Range header value that always gets 503
+        self.always_fail: str | None = None  # "SHARD-NAME bytes=A-B": that range of that shard always gets 503
         self.lock = threading.Lock()
         self.ranged = self.ranged_bytes = self.faults = self.slowdowns = 0
 
@@ -68,7 +68,7 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(srv.latency)
         with srv.lock:
             srv.ranged += 1
-            if srv.always_fail is not None and rng == srv.always_fail:
+            if srv.always_fail is not None and f"{self.path.rsplit('/', 1)[-1]} {rng}" == srv.always_fail:
                 srv.faults += 1
                 return "503"
             if srv.fail_every and srv.ranged % srv.fail_every == 0:
