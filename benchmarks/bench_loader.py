@@ -160,8 +160,8 @@ def bytes_table(data: Path, cfg: LoaderConfig, split: Split) -> list[tuple]:
     for world, per_rank in ((1, BATCH), (8, len(split) // 8)):
         read = used = videos = 0
         for rank in range(world):
-            for b in make_loader(data, cfg, batch_size=per_rank, rank=rank, world_size=world,
-                                 augment_on_device=True):
+            for b in make_loader(data, dataclasses.replace(cfg, augment_on_device=True), batch_size=per_rank,
+                                 rank=rank, world_size=world):
                 read += b["bytes"]
                 idx = b["index"].numpy()
                 used += int(split.size[idx].sum())
@@ -181,7 +181,7 @@ def loader_rows(data: Path, cfg: LoaderConfig, split: Split, sources: dict[str, 
         rate["shards"].append(n / t)
         t, n, _ = run_loader(data, dataclasses.replace(cfg, verify_checksums=False), rep)
         rate["no checksum"].append(n / t)
-        t, n, raw = run_loader(data, cfg, rep, augment_on_device=True)
+        t, n, raw = run_loader(data, dataclasses.replace(cfg, augment_on_device=True), rep)
         rate["augment on device (worker side)"].append(n / t)
         rate["PyAV"].append(n / run_pyav(raw, sources, cfg.size))
         rate["decode bound"].append(n / run_decode_bound(raw, split))

@@ -42,7 +42,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     args = ap.parse_args()
     torch.manual_seed(0)
-    cfg = C.update(C.LoaderConfig(), dict(mode="moquad", frames=args.frames, size=args.size, workers=1,
+    cfg = C.update(C.LoaderConfig(), dict(frames=args.frames, size=args.size, workers=1,
                                           color_jitter=0.0, grayscale=0.0, crop_scale=(0.6, 1.0),
                                           appearance_op="none"))
     classes = {d: i for i, d in enumerate(cfg.dilations)}

@@ -219,6 +219,20 @@ def _t(key: str, text: str) -> str:
     return _cfg_help(_T, key, text)
 
 
+# pretrain flags that set a LoaderConfig field (the rest set PretrainConfig fields of the same name)
+_LOADER_FLAGS = ("frames", "size", "appearance_op", "motion_ops", "ad_pos", "intra_neg", "ad_intra_neg", "workers",
+                 "augment_on_device")
+
+
+def _pretrain_flags(flags: dict) -> dict:
+    """Config keys of the given pretrain flags: ``--seed`` also seeds the loader, ``--motion-ops`` is a comma list."""
+    keys = {("loader." + k if k in _LOADER_FLAGS else k): v for k, v in flags.items()}
+    keys["loader.seed"] = flags["seed"]
+    keys["resume"] = flags["resume"] or None
+    keys["loader.motion_ops"] = tuple(flags["motion_ops"].split(",")) if flags["motion_ops"] else None
+    return keys
+
+
 @app.command(
     epilog="Examples: moquad pretrain --data /data/shards/ucf101 --recipe ucf101_r3d18_moquad_dagger  |  "
     "moquad pretrain --data data/shards --recipe train/cpu_demo.yaml --method moquad --out runs/moquad  |  "
@@ -272,23 +286,8 @@ def pretrain(
     print_config: bool = _PRINT,
 ) -> None:
     """Pre-train a video encoder with MoQuad (or the SimCLR baseline) from shards; any setting: --set KEY=VALUE."""
-    cfg = C.resolve(
-        C.PretrainConfig(),
-        _recipe(recipe, "train"),
-        {
-            "data": data, "out": out, "method": method, "backbone": backbone, "epochs": epochs,
-            "batch_size": batch_size, "lr": lr, "lr_warmup_epochs": lr_warmup_epochs,
-            "weight_decay": weight_decay, "optimizer": optimizer, "temperature": temperature,
-            "warmup_ratio": warmup_ratio, "hard_beta": hard_beta, "hard_alpha": hard_alpha,
-            "steps_per_epoch": steps_per_epoch, "ckpt_every": ckpt_every, "sync_bn": sync_bn,
-            "resume": resume or None, "seed": seed, "device": device,
-            "loader.frames": frames, "loader.size": size, "loader.appearance_op": appearance_op,
-            "loader.motion_ops": tuple(motion_ops.split(",")) if motion_ops else None, "loader.ad_pos": ad_pos, "loader.intra_neg": intra_neg,
-            "loader.ad_intra_neg": ad_intra_neg, "loader.workers": workers, "loader.seed": seed,
-            "loader.augment_on_device": augment_on_device,
-        },
-        sets or (),
-    )
+    flags = {k: v for k, v in locals().items() if k not in ("recipe", "sets", "print_config")}
+    cfg = C.resolve(C.PretrainConfig(), _recipe(recipe, "train"), _pretrain_flags(flags), sets or ())
     if _printed(cfg, print_config):
         return
     _need_dir(cfg.data, "data folder", "run `moquad preprocess` first and pass its --out folder")

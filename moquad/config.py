@@ -81,7 +81,6 @@ class PreprocessConfig:
 class LoaderConfig:
     """How clips and views are built from shards (moquad.data)."""
 
-    mode: str = rule("moquad", choices=("moquad", "appearance", "pair"))  # set by the trainer (method, epoch)
     frames: int = rule(16, ge=1)
     size: int = rule(224, ge=8)  # crop size fed to the network
     dilations: tuple[int, ...] = rule((1, 2, 4), ge=1)  # n and m are drawn from those that fit a video, m != n

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from moquad import objstore
-from moquad.data.sampling import clip_span
+from moquad.data.clip_frames import clip_span
 from moquad.data.store import read_errors, read_info, read_manifest
 from moquad.errors import disk_errors
 from moquad.preprocess.manifest import write_json

@@ -96,8 +96,8 @@ def test_nested_settings_checked_with_their_dotted_name(values, message):
 def test_checked_however_the_config_is_built():
     with pytest.raises(C.ConfigError, match="crops must be one of 1, 3, got 2"):
         C.EvalConfig(crops=2)
-    with pytest.raises(C.ConfigError, match="mode must be one of"):
-        dataclasses.replace(C.LoaderConfig(), mode="byol")
+    with pytest.raises(C.ConfigError, match="flip must be one of"):
+        dataclasses.replace(C.LoaderConfig(), flip="sometimes")
     with pytest.raises(C.ConfigError, match=re.escape("part must be below num_parts (2), got 2")):
         C.PreprocessConfig(num_parts=2, part=2)
 

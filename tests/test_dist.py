@@ -118,9 +118,8 @@ def _pretrain_worker(rank: int, world: int, port: int, out_dir: str) -> None:
     )
     torch.set_num_threads(1)
     sys.path.insert(0, os.path.dirname(__file__))
-    from test_loop import fake_loader, make_cfg
+    from test_loop import fake_loader, make_cfg, train
 
-    from moquad.train.loop import pretrain
 
     seen = []
 
@@ -129,7 +128,7 @@ def _pretrain_worker(rank: int, world: int, port: int, out_dir: str) -> None:
         return fake_loader(*a, **kw)
 
     cfg = make_cfg(os.path.join(out_dir, "run"), epochs=2, steps_per_epoch=2, warmup_ratio=0.5)
-    pretrain(cfg, loader_fn=loader, tensorboard=False, progress=False)
+    train(cfg, loader, tensorboard=False, progress=False)
     torch.save(seen, os.path.join(out_dir, f"seen{rank}.pt"))
 
 
@@ -175,10 +174,9 @@ def _preempt_worker(rank: int, world: int, port: int, out_dir: str) -> None:
                       MASTER_PORT=str(port))
     torch.set_num_threads(1)
     sys.path.insert(0, os.path.dirname(__file__))
-    from test_loop import fake_loader, make_cfg
+    from test_loop import fake_loader, make_cfg, train
 
     from moquad.train import preempt
-    from moquad.train.loop import pretrain
 
     def loader(*a, **kw):
         for i, batch in enumerate(fake_loader(*a, **kw)):
@@ -187,7 +185,7 @@ def _preempt_worker(rank: int, world: int, port: int, out_dir: str) -> None:
             yield batch
 
     try:
-        pretrain(make_cfg(os.path.join(out_dir, "run")), loader_fn=loader, tensorboard=False, progress=False)
+        train(make_cfg(os.path.join(out_dir, "run")), loader, tensorboard=False, progress=False)
         torch.save({"step": None}, os.path.join(out_dir, f"stop{rank}.pt"))
     except preempt.Preempted as e:
         torch.save({"step": e.step, "code": e.code}, os.path.join(out_dir, f"stop{rank}.pt"))

@@ -25,7 +25,7 @@ from fixtures import make_checkpoint, write_dataset
 
 from moquad.config import ConfigError, EvalConfig
 from moquad.data.augment import normalize
-from moquad.data.sampling import uniform_clips
+from moquad.data.clip_frames import uniform_clips
 from moquad.data.store import Split
 from moquad.eval.clips import spatial_crops
 from moquad.eval.features import compute_features, extract, read_features

@@ -11,7 +11,7 @@ import torch
 from moquad import config as C
 from moquad.config import ConfigError, EvalConfig
 from moquad.data.augment import normalize
-from moquad.data.sampling import uniform_clips
+from moquad.data.clip_frames import uniform_clips
 from moquad.errors import MoquadError
 from moquad.eval.clips import spatial_crops
 from moquad.eval.finetune import finetune, load_classifier

@@ -56,7 +56,7 @@ def test_apply_views_on_cuda_matches_the_cpu_worker_path(data):
     for changes in ({}, {"appearance_op": "be"}, {"appearance_op": "rad_intra"}):
         c = dataclasses.replace(cfg, **changes)
         cpu = next(iter(make_loader(data, c, batch_size=4)))
-        raw = next(iter(make_loader(data, c, batch_size=4, augment_on_device=True)))
+        raw = next(iter(make_loader(data, dataclasses.replace(c, augment_on_device=True), batch_size=4)))
         dev = apply_views({**raw, "raw": raw["raw"].to(CUDA)}, c.size).cpu()  # (B, V, T, S, S, 3) float
         ref = cpu["views"].permute(0, 1, 3, 4, 5, 2).float()
         diff = (dev - ref).abs()
@@ -66,7 +66,7 @@ def test_apply_views_on_cuda_matches_the_cpu_worker_path(data):
 def test_gpu_jpeg_decode_matches_the_cpu_decoder(data):
     """nvJPEG (decode_on_device) against libjpeg-turbo in the workers: IDCTs differ, means within 1 level."""
     cfg = LoaderConfig(frames=8, size=32, workers=0)
-    a = next(iter(make_loader(data, cfg, batch_size=4, augment_on_device=True)))
+    a = next(iter(make_loader(data, dataclasses.replace(cfg, augment_on_device=True), batch_size=4)))
     b = next(iter(make_loader(data, dataclasses.replace(cfg, decode_on_device=True), batch_size=4)))
     x, y = to_model(a, CUDA, 32), to_model(b, CUDA, 32)
     levels = (x - y).abs() * 0.225 * 255

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -23,17 +24,17 @@ from moquad.train.log import read_log
 from moquad.train.plot import plot_run
 
 
-def view_names(cfg) -> tuple[str, ...]:
-    if cfg.mode == "moquad":
+def view_names(cfg, mode="moquad") -> tuple[str, ...]:
+    if mode == "moquad":
         names = ["anchor", "ad_pos" if cfg.ad_pos else "pos"]
         return tuple(names + ["intra_neg"] * cfg.intra_neg + ["ad_intra_neg"] * cfg.ad_intra_neg)
-    return {"appearance": ("clip_n", "clip_m"), "pair": ("clip1", "clip2")}[cfg.mode]
+    return {"appearance": ("clip_n", "clip_m"), "pair": ("clip1", "clip2")}[mode]
 
 
 def fake_loader(data_dir, cfg, *, split="train", batch_size, epoch=0, rank=0, world_size=1, start=0,
-                num_batches=None):
+                num_batches=None, pin_memory=False, mode="moquad"):
     """Random uint8 views, deterministic per (seed, epoch, rank, batch) like the real loader."""
-    names = view_names(cfg)
+    names = view_names(cfg, mode)
     for i in range(start, num_batches):
         g = torch.Generator().manual_seed(((cfg.seed * 1000 + epoch) * 100 + rank) * 1000 + i)
         views = torch.randint(
@@ -50,6 +51,19 @@ def fake_loader(data_dir, cfg, *, split="train", batch_size, epoch=0, rank=0, wo
             "label": torch.zeros(batch_size, dtype=torch.int64),
             "lam": torch.zeros(batch_size, len(names)),
         }
+
+
+def fake_plan(cfg, world):
+    """The data plan of a run on fake_loader (no shards): ``cfg.steps_per_epoch``, no checksum, no report."""
+    return cfg.steps_per_epoch, None, lambda: None
+
+
+def train(cfg, loader=None, **kw):
+    """``loop.pretrain`` with the trainer's loader replaced by ``loader`` (default fake_loader); a run
+    on ``data="unused"`` (make_cfg's default) also skips the data plan."""
+    plan = fake_plan if cfg.data == "unused" else loop._data_plan
+    with mock.patch.object(loop, "make_loader", loader or fake_loader), mock.patch.object(loop, "_data_plan", plan):
+        return loop.pretrain(cfg, **kw)
 
 
 def make_cfg(out, **kw) -> PretrainConfig:
@@ -82,7 +96,7 @@ def _single_process(monkeypatch):
 
 def test_pretrain_outputs_and_stages(tmp_path):
     cfg = make_cfg(tmp_path / "run", epochs=2, steps_per_epoch=2, warmup_ratio=0.5)
-    path = loop.pretrain(cfg, loader_fn=fake_loader, keep_every_epochs=1)
+    path = train(cfg, fake_loader, keep_every_epochs=1)
     run = tmp_path / "run"
     assert path == run / "checkpoints" / "last.pt"
     assert (run / "config.yaml").is_file() and any((run / "tb").iterdir())
@@ -105,16 +119,15 @@ def test_pretrain_outputs_and_stages(tmp_path):
     assert png.is_file() and png.stat().st_size > 1000
 
     with pytest.raises(ValueError, match="--resume"):
-        loop.pretrain(cfg, loader_fn=fake_loader)
+        train(cfg, fake_loader)
     with pytest.raises(ValueError, match="epochs"):
-        loop.pretrain(
-            make_cfg(run, epochs=3, steps_per_epoch=2, warmup_ratio=0.5, resume=True), loader_fn=fake_loader
+        train(
+            make_cfg(run, epochs=3, steps_per_epoch=2, warmup_ratio=0.5, resume=True), fake_loader
         )
     # resuming a finished run is a no-op that returns the same checkpoint
     assert (
-        loop.pretrain(
-            cfg.__class__(**{**cfg.__dict__, "resume": True}),
-            loader_fn=fake_loader,
+        train(
+            cfg.__class__(**{**cfg.__dict__, "resume": True}), fake_loader,
         )
         == path
     )
@@ -123,27 +136,26 @@ def test_pretrain_outputs_and_stages(tmp_path):
 
 def test_simclr_ladder_base_classic_and_short_loader(tmp_path):
     cfg = make_cfg(tmp_path / "s", method="simclr_classic", epochs=1, steps_per_epoch=2)
-    loop.pretrain(cfg, loader_fn=fake_loader, tensorboard=False)
+    train(cfg, fake_loader, tensorboard=False)
     assert [r["mode"] for r in read_log(tmp_path / "s" / "log.jsonl")] == ["pair", "pair"]
     seen = []
 
-    def spy(data, lcfg, **kw):
-        seen.append((lcfg.mode, view_names(lcfg)))
-        return fake_loader(data, lcfg, **kw)
+    def spy(data, lcfg, mode="moquad", **kw):
+        seen.append((mode, view_names(lcfg, mode)))
+        return fake_loader(data, lcfg, mode=mode, **kw)
 
-    loop.pretrain(make_cfg(tmp_path / "b", method="simclr", epochs=2, steps_per_epoch=1, warmup_ratio=0.5),
-                  loader_fn=spy, tensorboard=False)
+    train(make_cfg(tmp_path / "b", method="simclr", epochs=2, steps_per_epoch=1, warmup_ratio=0.5), spy, tensorboard=False)
     assert seen == [("appearance", ("clip_n", "clip_m")), ("moquad", ("anchor", "pos"))]
 
     def short(*a, num_batches=None, **kw):
         return fake_loader(*a, num_batches=1, **kw)
 
     with pytest.raises(ValueError, match="only 1 of 2"):
-        loop.pretrain(
-            make_cfg(tmp_path / "t", epochs=1, steps_per_epoch=2), loader_fn=short, tensorboard=False
+        train(
+            make_cfg(tmp_path / "t", epochs=1, steps_per_epoch=2), short, tensorboard=False
         )
     with pytest.raises(ValueError, match="positive multiple|batch_size must be >= 1"):
-        loop.pretrain(make_cfg(tmp_path / "u", batch_size=0), loader_fn=fake_loader)
+        train(make_cfg(tmp_path / "u", batch_size=0), fake_loader)
 
 
 SCRIPT = """
@@ -151,7 +163,7 @@ import os, signal, sys
 import torch
 torch.set_num_threads(1)
 sys.path.insert(0, {tests!r})
-from test_loop import fake_loader, make_cfg
+from test_loop import fake_loader, make_cfg, train
 from moquad.train import loop
 out, kill_at, resume = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 def loader(*a, **kw):
@@ -159,7 +171,7 @@ def loader(*a, **kw):
         if kw["epoch"] * 4 + kw["start"] + i == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
         yield batch
-loop.pretrain(make_cfg(out, resume=resume), loader_fn=loader, tensorboard=False, progress=False)
+train(make_cfg(out, resume=resume), loader, tensorboard=False, progress=False)
 """
 
 
@@ -235,8 +247,8 @@ def test_real_shards_end_to_end_and_resume(synth_root, tmp_path):
             yield batch
 
     with pytest.raises(Stop):
-        loop.pretrain(
-            make_cfg(tmp_path / "part", **kw), loader_fn=interrupted, tensorboard=False, progress=False
+        train(
+            make_cfg(tmp_path / "part", **kw), interrupted, tensorboard=False, progress=False
         )
     assert load(tmp_path / "part" / "checkpoints" / "last.pt")["step"] == spe + 1
     loop.pretrain(make_cfg(tmp_path / "part", resume=True, **kw), tensorboard=False, progress=False)
@@ -246,7 +258,7 @@ def test_real_shards_end_to_end_and_resume(synth_root, tmp_path):
 
 def test_resume_refuses_changed_loader(tmp_path):
     cfg = make_cfg(tmp_path / "r", epochs=1, steps_per_epoch=1)
-    loop.pretrain(cfg, loader_fn=fake_loader, tensorboard=False, progress=False)
+    train(cfg, fake_loader, tensorboard=False, progress=False)
     changed = make_cfg(
         tmp_path / "r",
         epochs=1,
@@ -255,7 +267,7 @@ def test_resume_refuses_changed_loader(tmp_path):
         loader=LoaderConfig(frames=8, size=32, workers=5),
     )
     with pytest.raises(ValueError, match=r"loader.frames: 4 -> 8"):
-        loop.pretrain(changed, loader_fn=fake_loader, tensorboard=False, progress=False)
+        train(changed, fake_loader, tensorboard=False, progress=False)
 
 
 def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
@@ -273,7 +285,7 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_pat
     poisoned.calls = 0
     monkeypatch.setattr(loop, "forward_loss", poisoned)
     with pytest.raises(MoquadError, match=r"loss is nan at step 4 \(lr [0-9.e-]+\); last good checkpoint: .*last.pt"):
-        loop.pretrain(cfg, loader_fn=fake_loader, tensorboard=False, progress=False)
+        train(cfg, fake_loader, tensorboard=False, progress=False)
     ckpt = load(tmp_path / "n" / "checkpoints" / "last.pt")
     assert ckpt["step"] == 3  # the end of epoch 0, written before the bad step; nothing after it
     assert all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
@@ -282,11 +294,11 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_pat
 def test_log_steps_are_the_only_sync_points(tmp_path, monkeypatch):
     """Values logged every 3 steps are the means over those steps (nothing is read per step)."""
     cfg = make_cfg(tmp_path / "s", epochs=1, steps_per_epoch=6, log_every=3, warmup_ratio=0.0)
-    loop.pretrain(cfg, loader_fn=fake_loader, tensorboard=False, progress=False)
+    train(cfg, fake_loader, tensorboard=False, progress=False)
     recs = read_log(tmp_path / "s" / "log.jsonl")
     assert [r["step"] for r in recs] == [3, 6] and all(r["steps"] == 3 for r in recs)
     every = make_cfg(tmp_path / "e", epochs=1, steps_per_epoch=6, log_every=1, warmup_ratio=0.0)
-    loop.pretrain(every, loader_fn=fake_loader, tensorboard=False, progress=False)
+    train(every, fake_loader, tensorboard=False, progress=False)
     losses = [r["loss"] for r in read_log(tmp_path / "e" / "log.jsonl")]
     assert recs[0]["loss"] == pytest.approx(sum(losses[:3]) / 3, rel=1e-5)
     assert recs[1]["loss"] == pytest.approx(sum(losses[3:]) / 3, rel=1e-5)
@@ -353,7 +365,7 @@ def test_resume_deep_into_an_epoch_does_not_read_the_batches_before(coded_shards
             yield b
 
     with pytest.raises(Stop):
-        loop.pretrain(cfg, loader_fn=stop_after_7, tensorboard=False, progress=False)
+        train(cfg, stop_after_7, tensorboard=False, progress=False)
     assert load(tmp_path / "d" / "checkpoints" / "last.pt")["step"] == 7
     reads.clear()
     loop.pretrain(dataclasses.replace(cfg, resume=True), tensorboard=False, progress=False)
@@ -382,8 +394,8 @@ def test_baseline_ladder_views_and_loss(coded_shards, method, switches, names, d
     from moquad.train.losses import moquad_loss
 
     mode, forced = loop.loader_mode(method, "moquad")
-    lcfg = LoaderConfig(frames=4, size=32, workers=0, mode=mode, **{**switches, **forced})
-    batch = next(iter(make_loader(coded_shards, lcfg, batch_size=4, debug=True)))
+    lcfg = LoaderConfig(frames=4, size=32, workers=0, **{**switches, **forced})
+    batch = next(iter(make_loader(coded_shards, lcfg, batch_size=4, debug=True, mode=mode)))
     assert batch["view_names"] == names
     assert ((batch["lam"] > 0) == torch.tensor(disturbed)).all()  # which views carry RAD
     for info in batch["info"]:

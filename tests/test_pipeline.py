@@ -17,8 +17,8 @@ from fixtures import coded_dataset, decode_code, write_dataset
 from moquad.config import LoaderConfig
 from moquad.data import store
 from moquad.data.augment import STD, apply_views, normalize, to_model
+from moquad.data.epoch_plan import EpochPlan
 from moquad.data.pipeline import make_loader
-from moquad.data.sampler import EpochPlan
 from moquad.errors import MoquadError
 
 CFG = LoaderConfig(frames=4, size=16, dilations=(1, 2), workers=0)
@@ -78,8 +78,10 @@ def test_batch_larger_than_the_split_is_one_clear_error():
     ],
 )
 def test_batch_contract(data, changes, names):
+    changes = dict(changes)
+    mode = changes.pop("mode", "moquad")
     cfg = dataclasses.replace(CFG, **changes)
-    loader = make_loader(data, cfg, batch_size=3, debug=True)
+    loader = make_loader(data, cfg, batch_size=3, debug=True, mode=mode)
     batches = list(loader)
     assert len(loader) == len(batches) == 14 // 3
     b, v = batches[0], len(names)
@@ -92,9 +94,9 @@ def test_batch_contract(data, changes, names):
     for info in b["info"]:
         n, m = info["dilations"]
         steps = [set(np.diff(np.asarray(i)).tolist()) for i in info["indices"]]
-        if cfg.mode == "pair":
+        if mode == "pair":
             assert steps == [{cfg.simclr_dilation}] * 2
-        elif cfg.mode == "appearance":
+        elif mode == "appearance":
             assert steps == [{n}, {m}] and n != m
         elif cfg.intra_neg:
             assert steps[:3] == [{n}, {n}, {m}] and n != m
@@ -237,8 +239,8 @@ def _rank_main(rank: int, port: int, data: str, out: dict) -> None:
 def test_errors(data, tmp_path):
     with pytest.raises(FileNotFoundError, match="manifest"):
         make_loader(tmp_path, CFG, batch_size=2)
-    with pytest.raises(ValueError, match="mode"):
-        make_loader(data, dataclasses.replace(CFG, mode="byol"), batch_size=2)
+    with pytest.raises(ValueError, match="unknown loader mode 'byol'"):
+        make_loader(data, CFG, batch_size=2, mode="byol")
     with pytest.raises(ValueError, match="appearance_op"):
         make_loader(data, dataclasses.replace(CFG, appearance_op="mixup"), batch_size=2)
     with pytest.raises(ValueError, match="rank"):
@@ -327,9 +329,12 @@ def textured(tmp_path_factory):
 def test_worker_and_device_paths_give_the_same_views(textured, changes):
     """One ViewParams, one apply_views: the worker path (uint8 out) and the device path (float) differ only
     by the final rounding (<= 0.5 levels of 255) plus float noise."""
+    changes = dict(changes)
+    mode = changes.pop("mode", "moquad")
     cfg = dataclasses.replace(CFG, size=32, color_jitter=0.8, grayscale=0.2, **changes)
-    cpu = next(iter(make_loader(textured, cfg, batch_size=3, debug=True)))
-    raw = next(iter(make_loader(textured, cfg, batch_size=3, debug=True, augment_on_device=True)))
+    cpu = next(iter(make_loader(textured, cfg, batch_size=3, debug=True, mode=mode)))
+    raw = next(iter(make_loader(textured, dataclasses.replace(cfg, augment_on_device=True), batch_size=3, debug=True,
+                                mode=mode)))
     assert "views" not in raw and raw["raw"].shape[2:] == (48, 56, 3)  # padded to the largest frame
     assert raw["video_id"] == cpu["video_id"] and torch.equal(raw["lam"], cpu["lam"])
     out = to_model(raw, "cpu", cfg.size)
@@ -337,7 +342,7 @@ def test_worker_and_device_paths_give_the_same_views(textured, changes):
     assert out.shape == (3, len(cpu["view_names"]), 3, 4, 32, 32)
     assert float(levels.max()) <= 0.51
     # decode_on_device: workers ship JPEG bytes; torchvision decodes them (nvJPEG on CUDA; libjpeg-turbo here)
-    jpeg = next(iter(make_loader(textured, dataclasses.replace(cfg, decode_on_device=True), batch_size=3)))
+    jpeg = next(iter(make_loader(textured, dataclasses.replace(cfg, decode_on_device=True), batch_size=3, mode=mode)))
     assert "raw" not in jpeg and jpeg["jpeg"].dtype == torch.uint8 and int(jpeg["jpeg_count"].sum()) == \
         len(jpeg["jpeg_offsets"]) - 1
     assert torch.equal(to_model(jpeg, "cpu", cfg.size), out)

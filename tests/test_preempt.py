@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_loop import fake_loader, make_cfg
+from test_loop import fake_loader, make_cfg, train
 
-from moquad.train import loop, preempt
+from moquad.train import preempt
 from moquad.train.checkpoint import load
 from moquad.train.log import read_log
 
@@ -42,7 +42,7 @@ def signalling(signum: int, at: int, steps_per_epoch: int = 4):
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("full") / "run"
-    loop.pretrain(make_cfg(out), loader_fn=fake_loader, tensorboard=False, progress=False)
+    train(make_cfg(out), fake_loader, tensorboard=False, progress=False)
     return out
 
 
@@ -51,7 +51,7 @@ def test_signal_mid_epoch_then_resume_is_bit_identical(uninterrupted, tmp_path, 
     out = tmp_path / "run"
     before = signal.getsignal(signum)
     with pytest.raises(preempt.Preempted) as e:
-        loop.pretrain(make_cfg(out), loader_fn=signalling(signum, at), tensorboard=False, progress=False)
+        train(make_cfg(out), signalling(signum, at), tensorboard=False, progress=False)
     assert e.value.code == preempt.REQUEUE_EXIT == 75 and e.value.step == at + 1  # the current step finished
     assert signal.getsignal(signum) is before  # the previous handler is back
     line = capsys.readouterr().err.strip().splitlines()[-1]
@@ -62,7 +62,7 @@ def test_signal_mid_epoch_then_resume_is_bit_identical(uninterrupted, tmp_path, 
     assert (ckpt["step"], ckpt["epoch"]) == (at + 1, (at + 1) // 4)  # not a ckpt_every (3) step: written for the stop
     assert not [p for p in (out / "checkpoints").iterdir() if p.name != "last.pt"]  # no temp file
 
-    loop.pretrain(make_cfg(out, resume=True), loader_fn=fake_loader, tensorboard=False, progress=False)
+    train(make_cfg(out, resume=True), fake_loader, tensorboard=False, progress=False)
     a, b = read_log(uninterrupted / "log.jsonl"), read_log(out / "log.jsonl")
     assert [r["step"] for r in b] == list(range(1, 13))
     assert [r["loss"] for r in b] == [r["loss"] for r in a]  # exactly: same floats
@@ -77,7 +77,7 @@ def test_signal_mid_epoch_then_resume_is_bit_identical(uninterrupted, tmp_path, 
 def test_a_signal_after_the_last_step_ends_normally(tmp_path):
     """A signal while the last batch is handed out: the run is complete, nothing to requeue."""
     cfg = make_cfg(tmp_path / "run", epochs=1)
-    assert loop.pretrain(cfg, loader_fn=signalling(signal.SIGUSR1, 3), tensorboard=False, progress=False)
+    assert train(cfg, signalling(signal.SIGUSR1, 3), tensorboard=False, progress=False)
     assert load(tmp_path / "run" / "checkpoints" / "last.pt")["step"] == 4
 
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_loop import fake_loader, make_cfg
-
-from moquad.train import loop
+from test_loop import fake_loader, make_cfg, train
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +21,5 @@ def test_progress_bar_names_the_loss_of_the_method(tmp_path, monkeypatch, method
     real = Progress.update
     monkeypatch.setattr(Progress, "update", lambda self, task, **kw: (seen.append(kw.get("info", "")),
                                                                       real(self, task, **kw))[1])
-    loop.pretrain(make_cfg(tmp_path / "p", method=method, epochs=2, steps_per_epoch=1, warmup_ratio=0.5),
-                  loader_fn=fake_loader, tensorboard=False)
+    train(make_cfg(tmp_path / "p", method=method, epochs=2, steps_per_epoch=1, warmup_ratio=0.5), fake_loader, tensorboard=False)
     assert [s.split(" loss ")[0] for s in seen if s] == want

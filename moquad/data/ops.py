@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from moquad.data.sampling import random_clip
+from moquad.data.clip_frames import random_clip
 
 # ----------------------------------------------------------------------------- motion
 
@@ -34,7 +34,7 @@ class MotionOp:
 
     ``second_speed``: the op plays the video at a dilation ``m != n`` (the anchor's ``n``); it is called with
     ``m``. Otherwise it keeps the anchor's speed ``n`` and changes the frame ORDER. When a video is too short
-    for two dilations, a ``second_speed`` op falls back to ``reverse`` (:mod:`moquad.data.sampling`).
+    for two dilations, a ``second_speed`` op falls back to ``reverse`` (:mod:`moquad.data.clip_frames`).
     """
 
     help: str

@@ -1,9 +1,9 @@
 """The pre-training loader: the manifest is the dataset, epochs are exact, a batch is ONE computed item.
 
-Per rank and epoch, batch ``j`` (:class:`~moquad.data.sampler.EpochPlan`) is built by one DataLoader
+Per rank and epoch, batch ``j`` (:class:`~moquad.data.epoch_plan.EpochPlan`) is built by one DataLoader
 worker in small stages, all driven by the manifest (:class:`~moquad.data.store.Split`):
 
-    videos of batch j -> read payloads by offset (concurrently from a store) + xxh3 -> draw ViewParams (seeded per video: sampler.STREAMS)
+    videos of batch j -> read payloads by offset (concurrently from a store) + xxh3 -> draw ViewParams (seeded per video: epoch_plan.STREAMS)
       -> decode the frames the views use into the batch -> what the appearance op needs (ops.APPEARANCE_OPS:
       RAD donors, one frame of random other videos read by index, or the video's own frames)
       -> apply_views (here) or ship frames + parameters (augment_on_device)
@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from moquad.config import LoaderConfig
 from moquad.data.augment import apply_views
 from moquad.data.donors import DonorPool, donor_pool, resize_cells
-from moquad.data.sampler import EpochPlan, stream
+from moquad.data.epoch_plan import EpochPlan, stream
 from moquad.data.store import BadSample, Split, decode_frames, decode_jpeg
 from moquad.data.views import ViewParams, cell_size, check_config, draw_views, needs_donors
 from moquad.errors import MoquadError
@@ -95,9 +95,9 @@ class EpochBatches(Dataset):
     """Map-style dataset whose item ``j`` is rank ``rank``'s whole batch ``j`` of the epoch."""
 
     def __init__(self, split: Split, cfg: LoaderConfig, plan: EpochPlan, epoch: int, rank: int, *,
-                 augment_on_device: bool, debug: bool) -> None:
-        self.split, self.cfg, self.plan, self.epoch, self.rank = split, cfg, plan, epoch, rank
-        self.augment_on_device, self.debug = augment_on_device, debug
+                 mode: str, debug: bool) -> None:
+        self.split, self.cfg, self.plan, self.epoch, self.rank, self.mode = split, cfg, plan, epoch, rank, mode
+        self.augment_on_device, self.debug = cfg.augment_on_device or cfg.decode_on_device, debug
 
     def __len__(self) -> int:
         return self.plan.num_batches
@@ -105,7 +105,7 @@ class EpochBatches(Dataset):
     def __getitem__(self, j: int) -> dict[str, Any]:
         cfg, split = self.cfg, self.split
         pool = None
-        if needs_donors(cfg):  # enough donors for k*k distinct other videos in every mosaic (module donors)
+        if needs_donors(cfg, self.mode):  # enough donors for k*k distinct other videos in every mosaic (module donors)
             count = max(cfg.donors_per_sample * self.plan.per_rank, cfg.rad_k ** 2 + 1)
             pool = donor_pool(split, count, cell_size(cfg), stream("donors", cfg.seed, self.epoch, j, self.rank))
         rows = [int(i) for i in self.plan.batch(j, self.rank)]
@@ -147,7 +147,8 @@ class EpochBatches(Dataset):
         rng = stream("views", cfg.seed, self.epoch, i, j + 1 if spare else 0)
         pick = pool.picker(i, int(split.shard[i])) if pool is not None else None
         hw = (int(split.height[i]), int(split.width[i]))
-        return i, payload, draw_views(int(split.num_frames[i]), hw, cfg, rng, pick, str(split.video_id[i]))
+        return i, payload, draw_views(int(split.num_frames[i]), hw, cfg, rng, pick, str(split.video_id[i]),
+                                          self.mode)
 
     def _frames(self, drawn: list[tuple[int, bytes, ViewParams]]) -> dict[str, torch.Tensor]:
         """The views' frames: decoded into ``raw`` (B, U, H, W, 3), or, with ``decode_on_device``, their JPEG
@@ -265,17 +266,18 @@ def make_loader(
     num_batches: int | None = None,
     pin_memory: bool = False,
     debug: bool = False,
-    augment_on_device: bool | None = None,
+    mode: str = "moquad",
 ) -> DataLoader:
     """DataLoader of rank ``rank``'s batches ``start, start+1, ...`` of epoch ``epoch`` (module docstring).
 
+    ``mode`` picks the views (``views.MODES``; the trainer sets it per epoch).
     Batches: ``views`` uint8 (B, V, 3, T, H, W) (or, with ``augment_on_device``, ``raw`` frames and the
     view parameters for ``augment.to_model``), ``view_names``, ``video_id``, ``index`` int64 (B,) (manifest
     row, the identity the losses mask by), ``label`` int64 (B,), ``lam`` float32 (B, V), ``bad`` (skipped
     samples), ``bytes`` (read for this batch); ``debug`` adds per-video ``info``. ``num_batches`` caps the
     epoch below ``videos // (batch_size * world_size)``.
     """
-    check_config(cfg)
+    check_config(cfg, mode)
     _check_distributed(rank, world_size)
     if cfg.workers < 0:
         raise ValueError(f"loader.workers must be >= 0, got {cfg.workers}")
@@ -285,9 +287,7 @@ def make_loader(
     total = plan.num_batches if num_batches is None else min(num_batches, plan.num_batches)
     if not 0 <= start <= total:
         raise ValueError(f"start batch {start} outside the epoch's {total} batches")
-    on_device = cfg.augment_on_device if augment_on_device is None else augment_on_device
-    on_device = on_device or cfg.decode_on_device
-    ds = EpochBatches(data, cfg, plan, epoch, rank, augment_on_device=on_device, debug=debug)
+    ds = EpochBatches(data, cfg, plan, epoch, rank, mode=mode, debug=debug)
     workers = min(cfg.workers, total - start)
     return DataLoader(ds, batch_size=None, sampler=range(start, total), collate_fn=_passthrough,
                       num_workers=workers, pin_memory=pin_memory, persistent_workers=False,

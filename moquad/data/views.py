@@ -1,6 +1,6 @@
 """Draw everything random about one video's views ONCE: :class:`ViewParams` (then ``augment.apply_views``).
 
-Modes (``LoaderConfig.mode``), views in this order:
+Modes (:data:`MODES`: what the trainer asks for in each epoch; not a user setting), views in this order:
   - ``moquad``: ``anchor`` (dilation n), ``ad_pos`` (another clip at n, then the appearance
     disturbance; named ``pos`` and left plain when ``ad_pos=False``), then per motion op of
     ``motion_ops`` (:data:`moquad.data.ops.MOTION_OPS`) an ``intra_neg`` (motion disturbed: dilation m
@@ -12,7 +12,7 @@ Modes (``LoaderConfig.mode``), views in this order:
   - ``pair`` (classic SimCLR): ``clip1, clip2``: two random clips at ``simclr_dilation``.
 Every clip has its own random start and its own spatial augmentation (crop box, colour ops); flips follow
 ``LoaderConfig.flip`` (:data:`moquad.data.ops.FLIP_POLICIES`: per view, one per video, or none).
-Speeds and short videos follow :mod:`moquad.data.sampling`.
+Speeds and short videos follow :mod:`moquad.data.clip_frames`.
 
 The parameters are the whole randomness: frame indices, crop boxes, flips, colour operations, lambda
 and RAD donor windows. :func:`moquad.data.augment.apply_views` turns them into pixels, per batch in
@@ -30,11 +30,13 @@ from typing import Any
 import numpy as np
 
 from moquad.config import LoaderConfig
+from moquad.data.clip_frames import draw_speeds, random_clip
 from moquad.data.ops import APPEARANCE_OPS, FLIP_POLICIES, MOTION_OPS
-from moquad.data.sampling import draw_speeds, random_clip
 
 COLOUR_OPS = ("none", "brightness", "contrast", "saturation", "hue", "gray")  # codes of ``colour_ops``
 MAX_COLOUR_OPS = 5  # jitter (4 ops in random order) + grayscale
+
+MODES = ("moquad", "appearance", "pair")  # the views of the quadruple, of the warm-up task, of classic SimCLR
 
 # pick(count, rng) -> (donor pool indices, donor video ids) for RAD-inter, bound to one sample
 DonorPick = Callable[[int, np.random.Generator], tuple[np.ndarray, list[str]]]
@@ -58,10 +60,12 @@ class ViewParams:
     info: dict[str, Any] = field(default_factory=dict)  # dilations, rule, frame indices, donor ids
 
 
-def check_config(cfg: LoaderConfig) -> None:
+def check_config(cfg: LoaderConfig, mode: str = "moquad") -> None:
     """Validate the loader settings that combine several fields (each field alone is checked by moquad.config)."""
-    negatives = cfg.mode == "moquad" and (cfg.intra_neg or cfg.ad_intra_neg)
-    if cfg.mode == "appearance" or (negatives and any(MOTION_OPS[o].second_speed for o in cfg.motion_ops)):
+    if mode not in MODES:
+        raise ValueError(f"unknown loader mode {mode!r}; one of {', '.join(MODES)}")
+    negatives = mode == "moquad" and (cfg.intra_neg or cfg.ad_intra_neg)
+    if mode == "appearance" or (negatives and any(MOTION_OPS[o].second_speed for o in cfg.motion_ops)):
         if len(set(cfg.dilations)) < 2:
             raise ValueError(f"dilations needs two different values for n != m, got {tuple(cfg.dilations)}")
     if not 1 <= cfg.rad_k <= cfg.size:
@@ -73,10 +77,10 @@ def cell_size(cfg: LoaderConfig) -> int:
     return math.ceil(cfg.size / cfg.rad_k)
 
 
-def needs_donors(cfg: LoaderConfig) -> bool:
+def needs_donors(cfg: LoaderConfig, mode: str = "moquad") -> bool:
     """True when views use frames of other videos (an appearance op whose source is ``donors``)."""
     disturbed = cfg.ad_pos or cfg.ad_intra_neg
-    return cfg.mode == "moquad" and APPEARANCE_OPS[cfg.appearance_op].source == "donors" and disturbed
+    return mode == "moquad" and APPEARANCE_OPS[cfg.appearance_op].source == "donors" and disturbed
 
 
 def negative_names(i: int, op: str) -> tuple[str, str]:
@@ -84,22 +88,23 @@ def negative_names(i: int, op: str) -> tuple[str, str]:
     return ("intra_neg", "ad_intra_neg") if i == 0 else (f"intra_neg:{op}", f"ad_intra_neg:{op}")
 
 
-def plan_clips(num_frames: int, cfg: LoaderConfig, rng: np.random.Generator) -> tuple[list, dict[str, Any]]:
+def plan_clips(num_frames: int, cfg: LoaderConfig, rng: np.random.Generator,
+               mode: str = "moquad") -> tuple[list, dict[str, Any]]:
     """[(name, frame indices (T,), appearance-disturbed?)] of one video, and info (dilations, rule)."""
     t = cfg.frames
-    if cfg.mode == "pair":
+    if mode == "pair":
         d = cfg.simclr_dilation
         return [("clip1", random_clip(num_frames, t, d, rng), False),
                 ("clip2", random_clip(num_frames, t, d, rng), False)], {"dilations": (d, d), "rule": "pair"}
     n, m, rule = draw_speeds(num_frames, t, cfg.dilations, rng)
-    if cfg.mode == "appearance":
+    if mode == "appearance":
         return [("clip_n", random_clip(num_frames, t, n, rng), False),
                 ("clip_m", random_clip(num_frames, t, m, rng), False)], {"dilations": (n, m), "rule": rule}
     plan = [("anchor", random_clip(num_frames, t, n, rng), False),
             ("ad_pos" if cfg.ad_pos else "pos", random_clip(num_frames, t, n, rng), cfg.ad_pos)]
     for i, name in enumerate(cfg.motion_ops):
         op = MOTION_OPS[name]
-        if op.second_speed and rule != "speed":  # a short video: its reverse (sampling.py)
+        if op.second_speed and rule != "speed":  # a short video: its reverse (clip_frames.py)
             op, d = MOTION_OPS["reverse"], n
         else:
             d = m if op.second_speed else n
@@ -143,9 +148,9 @@ def draw_colour(cfg: LoaderConfig, rng: np.random.Generator) -> tuple[list[int],
 
 
 def draw_views(num_frames: int, hw: tuple[int, int], cfg: LoaderConfig, rng: np.random.Generator,
-               pick: DonorPick | None = None, video_id: str = "") -> ViewParams:
+               pick: DonorPick | None = None, video_id: str = "", mode: str = "moquad") -> ViewParams:
     """All random parameters of one video's views (frames of ``hw`` = (height, width) pixels)."""
-    plan, info = plan_clips(num_frames, cfg, rng)
+    plan, info = plan_clips(num_frames, cfg, rng, mode)
     frames, inverse = np.unique(np.concatenate([idx for _, idx, _ in plan]), return_inverse=True)
     nv, t, kk = len(plan), cfg.frames, cfg.rad_k ** 2
     p = ViewParams(

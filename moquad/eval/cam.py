@@ -35,7 +35,7 @@ from torch import nn
 
 from moquad.config import EvalConfig, to_dict
 from moquad.data.augment import normalize
-from moquad.data.sampling import uniform_clips
+from moquad.data.clip_frames import uniform_clips
 from moquad.data.store import Split
 from moquad.eval.clips import spatial_crops
 from moquad.eval.common import out_dir, sha256_file

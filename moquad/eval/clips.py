@@ -1,6 +1,6 @@
 """Evaluation clips: deterministic test views and random training clips, read through ``moquad.data.store``.
 
-Temporal: the clip rule of pre-training (:mod:`moquad.data.sampling`): ``num_clips`` clips with
+Temporal: the clip rule of pre-training (:mod:`moquad.data.clip_frames`): ``num_clips`` clips with
 evenly spaced starts (one clip: centred); a video shorter than a clip's span is stretched (never looped
 or clamped). Training clips of the linear probe and fine-tuning start at random.
 
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from moquad.data.sampling import random_clip, uniform_clips
+from moquad.data.clip_frames import random_clip, uniform_clips
 from moquad.data.store import Split
 
 

@@ -64,7 +64,7 @@ def protocol(cfg: EvalConfig, split: str) -> dict[str, Any]:
         "size": cfg.size,
         "crops": cfg.crops,
         "resize": "short side to size, bilinear antialias",
-        "short_videos": "stretched over the whole video (moquad.data.sampling)",
+        "short_videos": "stretched over the whole video (moquad.data.clip_frames)",
         "feature": "backbone pooled (before projection head), eval mode, mean over clips x crops",
         "normalize": "moquad.data.augment.normalize",
     }

@@ -26,7 +26,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +40,7 @@ import moquad
 from moquad import dist, lock
 from moquad.config import PretrainConfig, to_dict
 from moquad.config import save as save_config
+from moquad.data.pipeline import make_loader
 from moquad.errors import MoquadError
 from moquad.io import remove_stale_temps
 from moquad.models import build_model
@@ -48,8 +49,6 @@ from moquad.train.lars import make_optimizer
 from moquad.train.log import RunLogger
 from moquad.train.losses import appearance_loss, moquad_loss, nt_xent_loss
 from moquad.train.schedule import lr_schedule, stage_per_epoch
-
-LoaderFn = Callable[..., Iterable[dict[str, Any]]]
 
 
 def forward_loss(
@@ -113,7 +112,6 @@ class Trainer:
     start: int
     run: Path
     data_checksum: str | None
-    loader_fn: LoaderFn
     logger: RunLogger | None
     bad_log: Path
     progress: Any = None
@@ -128,17 +126,16 @@ class Trainer:
         return self.run / "checkpoints" / "last.pt"
 
 
-def pretrain(cfg: PretrainConfig, *, loader_fn: LoaderFn | None = None, keep_every_epochs: int = 0,
-             tensorboard: bool = True, progress: bool = True) -> Path:
+def pretrain(cfg: PretrainConfig, *, keep_every_epochs: int = 0, tensorboard: bool = True,
+             progress: bool = True) -> Path:
     """Pre-train and return the final checkpoint (``RUN/checkpoints/last.pt``).
 
-    ``loader_fn`` defaults to ``moquad.data.pipeline.make_loader`` (tests inject fakes; then
-    ``cfg.steps_per_epoch`` must be set). ``keep_every_epochs > 0`` also keeps ``step-N.pt``.
+    ``keep_every_epochs > 0`` also keeps ``step-N.pt``.
     """
     info = dist.init(cfg.device)
     try:
         with dist.on_main(lock.hold(cfg.out, "pretrain"), info.device), preempt.watch():
-            t = setup(cfg, info, loader_fn, tensorboard, progress)
+            t = setup(cfg, info, tensorboard, progress)
             try:
                 with t.progress:
                     for epoch in range(t.start // t.spe, cfg.epochs):
@@ -156,23 +153,14 @@ def pretrain(cfg: PretrainConfig, *, loader_fn: LoaderFn | None = None, keep_eve
         dist.cleanup()
 
 
-def setup(cfg: PretrainConfig, info: dist.DistInfo, loader_fn: LoaderFn | None, tensorboard: bool,
-          progress: bool) -> Trainer:
+def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress: bool) -> Trainer:
     """Data, model, optimizer, schedule, resume and logging of a run (one named step each)."""
     world, rank, device = info.world_size, info.rank, info.device
     if cfg.batch_size <= 0 or cfg.batch_size % world:
         raise ValueError(f"batch_size {cfg.batch_size} (global) must be a positive multiple of the {world} processes")
     main = rank == 0
     # ------------------------------------------------------------ data: steps per epoch
-    report = None
-    if loader_fn is not None and cfg.steps_per_epoch:  # tests: a fake loader over no data
-        spe, checksum = cfg.steps_per_epoch, None
-    else:
-        spe, checksum, report = _data_plan(cfg, world)
-    if loader_fn is None:
-        from moquad.data.pipeline import make_loader
-
-        loader_fn = functools.partial(make_loader, pin_memory=device.type == "cuda")
+    spe, checksum, report = _data_plan(cfg, world)
     # ------------------------------------------------------------ model, optimizer, schedule
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
@@ -188,7 +176,7 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, loader_fn: LoaderFn | None, 
     if main:
         remove_stale_temps(run / "checkpoints")  # left by a crash or a full disk
     start = checkpoint.resume(cfg, run / "checkpoints" / "last.pt", model, optimizer, spe, checksum)
-    if main and report is not None:
+    if main:
         report()
     # ------------------------------------------------------------ distributed
     core: nn.Module = model
@@ -204,7 +192,7 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, loader_fn: LoaderFn | None, 
     if main:
         save_config(cfg, run / "config.yaml")
         logger = RunLogger(run, start_step=start, tensorboard=tensorboard)
-    t = Trainer(cfg, info, model, core, optimizer, lrs, stages, spe, start, run, checksum, loader_fn, logger,
+    t = Trainer(cfg, info, model, core, optimizer, lrs, stages, spe, start, run, checksum, logger,
                 run / "bad_samples.jsonl")
     t.progress, t.task = _progress(main and progress, t.total, start)
     return t
@@ -212,8 +200,8 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, loader_fn: LoaderFn | None, 
 
 def _data_plan(cfg: PretrainConfig, world: int) -> tuple[int, str, Callable[[], None]]:
     """Steps per epoch of the exact-epoch loader, the data checksum and the start-up report to print."""
-    from moquad.data.sampler import EpochPlan
-    from moquad.data.sampling import unfit_counts
+    from moquad.data.clip_frames import unfit_counts
+    from moquad.data.epoch_plan import EpochPlan
     from moquad.data.store import Split
 
     split = Split(cfg.data, cfg.split)
@@ -236,7 +224,7 @@ def _report(cfg: PretrainConfig, videos: int, spe: int, unfit: dict[int, int]) -
                   f"epoch, {total} steps in {cfg.epochs} epochs")
     fits = ", ".join(f"dilation {d}: {n}" for d, n in unfit.items())
     console.print(f"videos too short for a {cfg.loader.frames}-frame clip ({fits}); they use the dilations that fit "
-                  "(see moquad.data.sampling)")
+                  "(see moquad.data.clip_frames)")
     if total < 50:
         console.print(f"[yellow]warning:[/] only {total} optimizer steps; for a small dataset use a smaller "
                       f"--batch-size (the split has {videos} videos) and more --epochs, as `--recipe "
@@ -267,10 +255,11 @@ def train_one_epoch(t: Trainer, epoch: int, keep_every_epochs: int = 0) -> None:
     """One epoch from its first not-yet-trained step; logs, checks and checkpoints on the way."""
     cfg, device, world = t.cfg, t.info.device, t.info.world_size
     mode, switches = loader_mode(cfg.method, t.stages[epoch])
-    lcfg = dataclasses.replace(cfg.loader, mode=mode, **switches)
+    lcfg = dataclasses.replace(cfg.loader, **switches)
     first = max(0, t.start - epoch * t.spe)
-    loader = t.loader_fn(cfg.data, lcfg, split=cfg.split, batch_size=cfg.batch_size // world, epoch=epoch,
-                         rank=t.info.rank, world_size=world, start=first, num_batches=t.spe)
+    loader = make_loader(cfg.data, lcfg, split=cfg.split, batch_size=cfg.batch_size // world, epoch=epoch,
+                         rank=t.info.rank, world_size=world, start=first, num_batches=t.spe,
+                         pin_memory=device.type == "cuda", mode=mode)
     from moquad.data.augment import to_model
 
     w = _Window(device)

@@ -1,4 +1,4 @@
-"""moquad.data.sampler: separate random streams per kind, and spares that do not repeat their own batch's views."""
+"""moquad.data.epoch_plan: separate random streams per kind, and spares that do not repeat their own batch's views."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from fixtures import coded_dataset
 from test_pipeline import _damage
 
 from moquad.config import LoaderConfig
+from moquad.data.epoch_plan import STREAMS, EpochPlan, stream
 from moquad.data.pipeline import make_loader
-from moquad.data.sampler import STREAMS, EpochPlan, stream
 
 
 def test_numpy_ignores_trailing_zeros_so_streams_are_tagged():

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from moquad.data.sampling import (
+from moquad.data.clip_frames import (
     clip_indices,
     clip_span,
     draw_speeds,
