@@ -39,6 +39,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "speed+reverse+shared": ("moquad", ["loader.motion_ops=speed,reverse", "loader.flip=shared"]),
     "reverse+shared": ("moquad", ["loader.motion_ops=reverse", "loader.flip=shared"]),
     "base+shared": ("simclr", ["loader.flip=shared"]),
+    "speed+reverse+shared+diff": ("moquad", ["loader.motion_ops=speed,reverse", "loader.flip=shared",
+                                             "model_input=diff"]),
+    "base+shared+diff": ("simclr", ["loader.flip=shared", "model_input=diff"]),
 }
 
 

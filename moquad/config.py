@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass, field
 
 from moquad.data.ops import APPEARANCE_OPS, FLIP_POLICIES, MOTION_OPS
-from moquad.models.backbones import BACKBONES  # the backbone table (imports no torch)
+from moquad.models.backbones import BACKBONES, INPUTS  # the backbone and input tables (import no torch)
 from moquad.preprocess.datasets import DATASETS  # the dataset-adapter table
 from moquad.settings import (  # noqa: F401  (the checking and building functions, used as C.resolve etc.)
     ConfigError,
@@ -122,6 +122,7 @@ class PretrainConfig:
     split: str = "train"
     method: str = rule("moquad", choices=("moquad", "simclr", "simclr_classic"))  # see moquad.train.loop
     backbone: str = rule("r3d_18", choices=tuple(BACKBONES))
+    model_input: str = rule("rgb", choices=tuple(INPUTS))  # diff: the backbone sees frame differences
     proj_dim: int = rule(128, ge=1)
     proj_hidden: int = rule(2048, ge=1)
     epochs: int = rule(200, ge=1)

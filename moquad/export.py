@@ -39,7 +39,7 @@ from moquad.data.augment import MEAN, STD
 from moquad.data.store import manifest_checksum, read_manifest
 from moquad.eval.common import sha256_file
 from moquad.io import atomic_write
-from moquad.models import BACKBONES, build_backbone
+from moquad.models import BACKBONES, INPUTS, build_backbone
 from moquad.train.checkpoint import load
 
 FORMATS = ("torchvision", "safetensors")
@@ -118,7 +118,9 @@ def model_card(ckpt: dict[str, Any], ckpt_path: Path, fmt: str, out: Path, sha: 
         + ["MoQuad projection head (head.*: pre-training only)"],
         "input": {"layout": "(N, 3, T, H, W) float32", "normalize": "(x / 255 - mean) / std, RGB",
                   "mean": list(MEAN), "std": list(STD), "pretrain_frames": loader.get("frames"),
-                  "pretrain_size": loader.get("size")},
+                  "pretrain_size": loader.get("size"),
+                  "transform": INPUTS[cfg.get("model_input", "rgb")][1] + ("" if cfg.get("model_input", "rgb") == "rgb"
+                                                                          else "; apply it before the exported network")},
         "checkpoint": {"path": str(ckpt_path.resolve()), "sha256": sha, "step": ckpt.get("step"),
                        "epoch": ckpt.get("epoch"), "git": ckpt.get("git"),
                        "moquad_version": ckpt.get("moquad_version")},

@@ -210,7 +210,7 @@ def _save_untrained(cfg: C.PretrainConfig, path: Path) -> None:
     from moquad.train import checkpoint
 
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.backbone, proj_dim=cfg.proj_dim, proj_hidden=cfg.proj_hidden)
+    model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden, cfg.model_input)
     checkpoint.save({"model": model.state_dict(), "step": 0, "epoch": -1, "config": C.to_dict(cfg),
                      "seeds": {"seed": cfg.seed}, "moquad_version": __version__, "git": checkpoint.git_revision()},
                     path)

@@ -91,3 +91,24 @@ def test_head_sizes_come_from_the_caller():
         build_model("tiny")  # no hidden 2048 / 128: PretrainConfig.proj_dim / proj_hidden are the one default
     model = build_model("tiny", proj_dim=7, proj_hidden=9)
     assert [m.out_features for m in model.head.net if isinstance(m, torch.nn.Linear)] == [9, 7]
+
+
+def test_frame_difference_input_is_the_rgb_network_on_differences(tmp_path):
+    """model_input=diff: the same weights (same keys) applied to x[t+1] - x[t]; a checkpoint and the fine-tuning
+    network rebuild it from the config."""
+    torch.manual_seed(0)
+    diff = build_model("tiny", 16, 32, "diff").eval()
+    rgb = build_model("tiny", 16, 32).eval()
+    rgb.load_state_dict(diff.state_dict())  # no extra parameters: the hook is the whole difference
+    x = torch.randn(3, 3, 6, 32, 32)
+    d = torch.stack([x[:, :, t + 1] - x[:, :, t] for t in range(5)], 2)  # per-frame reference
+    with torch.no_grad():
+        torch.testing.assert_close(diff.backbone(x), rgb.backbone(d))
+        assert not torch.allclose(diff.backbone(x), rgb.backbone(x))
+    cfg = to_dict(PretrainConfig(backbone="tiny", proj_dim=16, proj_hidden=32, model_input="diff"))
+    path = checkpoint.save({"model": diff.state_dict(), "step": 1, "epoch": 0, "config": cfg}, tmp_path / "c.pt")
+    loaded, _ = checkpoint.load_model(path)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval().backbone(x), rgb.backbone(d))
+    with pytest.raises(ValueError, match="unknown model input 'flow'"):
+        build_backbone("tiny", "flow")

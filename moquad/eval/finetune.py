@@ -73,7 +73,7 @@ def load_classifier(path: str | Path) -> tuple[Classifier, dict[str, Any]]:
     from moquad.models import build_backbone
 
     saved = torch.load(path, map_location="cpu", weights_only=True)
-    backbone, feat_dim = build_backbone(saved["config"]["backbone"])
+    backbone, feat_dim = build_backbone(saved["config"]["backbone"], saved["config"].get("model_input", "rgb"))
     net = Classifier(backbone, feat_dim, len(saved["classes"]), 0.0)  # dropout is off in eval mode anyway
     net.backbone.load_state_dict(saved["backbone"])
     net.fc.load_state_dict(saved["classifier"])

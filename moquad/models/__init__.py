@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from moquad.models.backbones import BACKBONES, Backbone, TorchvisionNames, build_backbone
+from moquad.models.backbones import BACKBONES, INPUTS, Backbone, TorchvisionNames, build_backbone
 
-__all__ = ["BACKBONES", "Backbone", "TorchvisionNames", "VideoModel", "build_model", "build_backbone",
+__all__ = ["BACKBONES", "INPUTS", "Backbone", "TorchvisionNames", "VideoModel", "build_model", "build_backbone",
            "ProjectionHead"]
 
 _LAZY = {"VideoModel": "moquad.models.model", "build_model": "moquad.models.model",

@@ -84,9 +84,30 @@ BACKBONES: dict[str, Backbone] = {
 }
 
 
-def build_backbone(name: str) -> tuple[nn.Module, int]:
-    """Return ``(module, feature_dim)`` for a backbone name of :data:`BACKBONES`."""
+def _frame_differences(module: nn.Module, args: tuple) -> tuple:
+    """Forward pre-hook: the clip (N, C, T, H, W) becomes its T - 1 differences ``x[t+1] - x[t]``."""
+    x = args[0]
+    return (x[:, :, 1:] - x[:, :, :-1], *args[1:])
+
+
+# what the backbone sees of a clip: name -> (forward pre-hook or None, description). The hook sits on the
+# backbone itself, so pre-training, features, fine-tuning and the export's build code all see the same input.
+INPUTS: dict[str, tuple[Callable | None, str]] = {
+    "rgb": (None, "the clip's normalised frames"),
+    "diff": (_frame_differences, "differences of consecutive normalised frames, T - 1 of them: motion without "
+                                 "the static appearance (PCL's and BE's residual-frame input)"),
+}
+
+
+def build_backbone(name: str, model_input: str = "rgb") -> tuple[nn.Module, int]:
+    """Return ``(module, feature_dim)`` for a backbone name of :data:`BACKBONES` reading ``model_input``
+    (:data:`INPUTS`)."""
     if name not in BACKBONES:
         raise ValueError(f"unknown backbone {name!r}; choose one of {', '.join(BACKBONES)}")
+    if model_input not in INPUTS:
+        raise ValueError(f"unknown model input {model_input!r}; choose one of {', '.join(INPUTS)}")
     net = BACKBONES[name].build()
+    hook = INPUTS[model_input][0]
+    if hook is not None:
+        net.register_forward_pre_hook(hook)
     return net, int(net.out_dim)

@@ -23,10 +23,11 @@ class VideoModel(nn.Module):
         return self.head(self.backbone(x))
 
 
-def build_model(name: str, proj_dim: int, proj_hidden: int) -> VideoModel:
-    """Backbone ``name`` (see ``BACKBONES``) with a fresh projection head, randomly initialised.
+def build_model(name: str, proj_dim: int, proj_hidden: int, model_input: str = "rgb") -> VideoModel:
+    """Backbone ``name`` (see ``BACKBONES``) reading ``model_input`` (``INPUTS``) with a fresh projection head,
+    randomly initialised.
 
     The head sizes have no default here: they are ``PretrainConfig.proj_dim`` / ``proj_hidden``.
     """
-    backbone, feat_dim = build_backbone(name)
+    backbone, feat_dim = build_backbone(name, model_input)
     return VideoModel(backbone, feat_dim, proj_hidden=proj_hidden, proj_dim=proj_dim)

@@ -125,7 +125,7 @@ def load_model(path: str | Path) -> tuple[VideoModel, dict[str, Any]]:
     if missing:
         raise _not_moquad(Path(path), f"its config lacks {', '.join(missing)}")
     try:
-        model = build_model(cfg["backbone"], proj_dim=cfg["proj_dim"], proj_hidden=cfg["proj_hidden"])
+        model = build_model(cfg["backbone"], cfg["proj_dim"], cfg["proj_hidden"], cfg.get("model_input", "rgb"))
         model.load_state_dict(ckpt["model"])
     except (ValueError, TypeError, RuntimeError, AttributeError) as e:
         detail = re.sub(r"^Error\(s\) in loading state_dict for \w+:\s*", "", " ".join(str(e).split()))[:200]

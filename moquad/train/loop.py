@@ -165,7 +165,7 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden).to(device)
+    model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden, cfg.model_input).to(device)
     if device.type == "cuda":
         model = model.to(memory_format=torch.channels_last_3d)
     optimizer = make_optimizer(model, cfg.optimizer, 0.0, cfg.weight_decay)
