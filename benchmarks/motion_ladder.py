@@ -119,7 +119,9 @@ def table(rows: list[dict]) -> str:
         groups.setdefault((r["family"], r["variant"]), []).append(r)
     lines = ["| family | variant | seeds | hit@1 | weighted kNN | linear | rank AD-Pos / Intra-Negs |",
              "|---|---|---:|---:|---:|---:|---:|"]
-    for (fam, var), rs in sorted(groups.items()):
+    order = ["random", "supervised", *VARIANTS]
+    families = list(dict.fromkeys(r["family"] for r in rows))
+    for (fam, var), rs in sorted(groups.items(), key=lambda kv: (families.index(kv[0][0]), order.index(kv[0][1]))):
         cells = []
         for m in ("hit@1", "knn_top1", "linear_top1"):
             v = [100 * r[m] for r in rs]
@@ -128,6 +130,27 @@ def table(rows: list[dict]) -> str:
         rank = (f"{statistics.mean(a for a, _ in ranks):.2f} / {statistics.mean(b for _, b in ranks):.1f}"
                 if ranks else "–")
         lines.append(f"| {fam} | {var} | {','.join(str(r['seed']) for r in rs)} | " + " | ".join(cells) + f" | {rank} |")
+    return "\n".join(lines)
+
+
+def goal(rows: list[dict], adopted: str = "speed+reverse+shared") -> str:
+    """The goal per family: ``adopted`` minus the base and minus random init, weighted kNN and linear top-1,
+    means over the seeds all three share (goal: >= 15 points over the base on both, above random)."""
+    by = {(r["family"], r["variant"], r["seed"]): r for r in rows}
+    lines = ["| family | seeds | kNN: adopted − base | linear: adopted − base | kNN / linear: adopted − random | "
+             "goal met |", "|---|---:|---:|---:|---:|---|"]
+    for fam in dict.fromkeys(r["family"] for r in rows):
+        seeds = sorted(s for (f, v, s) in by if f == fam and v == adopted and (f, "base", s) in by
+                       and (f, "random", s) in by)
+        if not seeds:
+            continue
+        gain = {(other, m): statistics.mean(100 * (by[fam, adopted, s][m] - by[fam, other, s][m]) for s in seeds)
+                for other in ("base", "random") for m in ("knn_top1", "linear_top1")}
+        met = gain["base", "knn_top1"] >= 15 and gain["base", "linear_top1"] >= 15 and \
+            gain["random", "knn_top1"] > 0 and gain["random", "linear_top1"] > 0
+        lines.append(f"| {fam} | {','.join(map(str, seeds))} | {gain['base', 'knn_top1']:+.1f} | "
+                     f"{gain['base', 'linear_top1']:+.1f} | {gain['random', 'knn_top1']:+.1f} / "
+                     f"{gain['random', 'linear_top1']:+.1f} | {'yes' if met else 'no'} |")
     return "\n".join(lines)
 
 
@@ -190,6 +213,8 @@ def main() -> None:
                         f.write(json.dumps(row) + "\n")
                     print(json.dumps(row), flush=True)
     print(table(load_results(path)))
+    print()
+    print(goal(load_results(path)))
     if args.plot:
         plot(load_results(path), Path(args.plot))
 
