@@ -108,9 +108,13 @@ def start_ray(cpus: int) -> float | None:
 
 
 def same_output(a: Path, b: Path) -> tuple[bool, int]:
-    """(every shard, manifest and dataset.json byte-identical, number of shards)."""
-    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file() and "parts" not in p.parts)
-    other = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file() and "parts" not in p.parts)
+    """(every shard and manifest byte-identical, number of shards); dataset.json (timings) and the writer lock
+    (pid, start time of its last holder) differ by nature."""
+    def outputs(root: Path) -> list[Path]:
+        return sorted(p.relative_to(root) for p in root.rglob("*")
+                      if p.is_file() and "parts" not in p.parts and not p.name.startswith(".moquad-"))
+
+    files, other = outputs(a), outputs(b)
     same = files == other and all((a / f).read_bytes() == (b / f).read_bytes() for f in files
                                   if f.name != "dataset.json")
     return same, sum(1 for f in files if f.suffix == ".tar")
