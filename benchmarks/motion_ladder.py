@@ -30,6 +30,8 @@ from moquad import config as C
 # a variant means the same whatever the recipe adopts). "base" is the SimCLR base of the ladder; "paper" MoQuad
 # with the paper's augmentation (speed Intra-Negs, flips per view).
 VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "random": ("untrained", []),
+    "random+diff": ("untrained", ["model_input=diff"]),
     "base": ("simclr", ["loader.flip=independent"]),
     "paper": ("moquad", ["loader.motion_ops=speed", "loader.flip=independent"]),
     "reverse": ("moquad", ["loader.motion_ops=reverse", "loader.flip=independent"]),
@@ -66,14 +68,13 @@ def run_variant(shards: Path, run: Path, variant: str, seed: int, epochs: int | 
     from moquad.quickstart import _save_untrained, demo_pretrain_config, evaluate
     from moquad.train.loop import pretrain
 
-    if variant == "random":
-        cfg = demo_pretrain_config(shards, run, "simclr", epochs, seed)
+    method, sets = VARIANTS[variant]
+    cfg = demo_pretrain_config(shards, run, "simclr" if method == "untrained" else method, epochs, seed)
+    cfg = C.update(cfg, C.parse_sets(cfg, sets))
+    if method == "untrained":
         ckpt = run / "checkpoints" / "last.pt"
         _save_untrained(cfg, ckpt)
     else:
-        method, sets = VARIANTS[variant]
-        cfg = demo_pretrain_config(shards, run, method, epochs, seed)
-        cfg = C.update(cfg, C.parse_sets(cfg, sets))
         ckpt = pretrain(dataclasses.replace(cfg, resume=(run / "checkpoints" / "last.pt").is_file()))
     from rich.console import Console
 
@@ -119,7 +120,7 @@ def table(rows: list[dict]) -> str:
         groups.setdefault((r["family"], r["variant"]), []).append(r)
     lines = ["| family | variant | seeds | hit@1 | weighted kNN | linear | rank AD-Pos / Intra-Negs |",
              "|---|---|---:|---:|---:|---:|---:|"]
-    order = ["random", "supervised", *VARIANTS]
+    order = ["supervised", *VARIANTS]
     families = list(dict.fromkeys(r["family"] for r in rows))
     for (fam, var), rs in sorted(groups.items(), key=lambda kv: (families.index(kv[0][0]), order.index(kv[0][1]))):
         cells = []
@@ -162,7 +163,7 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     families = sorted({r["family"] for r in rows})
-    variants = [v for v in ["random", "supervised", *VARIANTS] if any(r["variant"] == v for r in rows)]
+    variants = [v for v in dict.fromkeys(["random", "supervised", *VARIANTS]) if any(r["variant"] == v for r in rows)]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
     for ax, metric, title in zip(axes, ("knn_top1", "linear_top1"), ("weighted kNN top-1", "linear probe top-1")):
         width = 0.8 / len(variants)
@@ -188,7 +189,7 @@ def main() -> None:
     ap.add_argument("--families", nargs="+", default=["types", "directions"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--variants", nargs="+", default=["random", "base", "paper"],
-                    help=f"random, supervised, {', '.join(VARIANTS)}")
+                    help=f"supervised, {', '.join(VARIANTS)}")
     ap.add_argument("--source", default=None, help="folder of real videos for the camera family")
     ap.add_argument("--epochs", type=int, default=None, help="default: the demo recipe's")
     ap.add_argument("--table", action="store_true", help="only print the table of finished runs")
