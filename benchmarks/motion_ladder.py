@@ -120,7 +120,7 @@ def table(rows: list[dict]) -> str:
         groups.setdefault((r["family"], r["variant"]), []).append(r)
     lines = ["| family | variant | seeds | hit@1 | weighted kNN | linear | rank AD-Pos / Intra-Negs |",
              "|---|---|---:|---:|---:|---:|---:|"]
-    order = ["supervised", *VARIANTS]
+    order = list(dict.fromkeys(["random", "supervised", *VARIANTS]))
     families = list(dict.fromkeys(r["family"] for r in rows))
     for (fam, var), rs in sorted(groups.items(), key=lambda kv: (families.index(kv[0][0]), order.index(kv[0][1]))):
         cells = []
