@@ -60,14 +60,15 @@ def backbone_state(ckpt: dict[str, Any], torchvision_names: bool) -> dict[str, t
     return sd
 
 
-def _load_instructions(arch: str, fmt: str, file: str) -> str:
+def _load_instructions(arch: str, fmt: str, file: str, model_input: str = "rgb") -> str:
     read = (f"safetensors.torch.load_file({file!r})" if fmt == "safetensors"
             else f"torch.load({file!r}, weights_only=True)")
     if arch in TORCHVISION:
         return (f"model = torchvision.models.video.{arch}(); {TORCHVISION[arch].strip_head}; "
                 f"model.load_state_dict({read})  "
                 f"# strict; or keep the head and load_state_dict(..., strict=False): missing = the head only")
-    return (f"from moquad.models import build_backbone; model, dim = build_backbone({arch!r}); "
+    build = f"{arch!r}" if model_input == "rgb" else f"{arch!r}, {model_input!r}"  # the input hook comes with it
+    return (f"from moquad.models import build_backbone; model, dim = build_backbone({build}); "
             f"model.load_state_dict({read})")
 
 
@@ -105,7 +106,7 @@ def _eval_results(ckpt_path: Path, sha: str) -> dict[str, Any]:
 def model_card(ckpt: dict[str, Any], ckpt_path: Path, fmt: str, out: Path, sha: str) -> dict[str, Any]:
     """The JSON written beside an export (see the module docstring)."""
     cfg = ckpt["config"]
-    arch = cfg["backbone"]
+    arch, model_input = cfg["backbone"], cfg.get("model_input", "rgb")
     loader = cfg.get("loader") or {}
     return {
         "moquad_version": moquad.__version__,
@@ -113,14 +114,14 @@ def model_card(ckpt: dict[str, Any], ckpt_path: Path, fmt: str, out: Path, sha: 
         "architecture": arch,
         "feature_dim": build_backbone(arch)[1],
         "keys": "torchvision" if arch in TORCHVISION else "moquad.models.build_backbone",
-        "load": _load_instructions(arch, fmt, out.name),
+        "load": _load_instructions(arch, fmt, out.name, model_input),
         "not_exported": (list(TORCHVISION[arch].head) if arch in TORCHVISION else [])
         + ["MoQuad projection head (head.*: pre-training only)"],
         "input": {"layout": "(N, 3, T, H, W) float32", "normalize": "(x / 255 - mean) / std, RGB",
                   "mean": list(MEAN), "std": list(STD), "pretrain_frames": loader.get("frames"),
                   "pretrain_size": loader.get("size"),
-                  "transform": INPUTS[cfg.get("model_input", "rgb")][1] + ("" if cfg.get("model_input", "rgb") == "rgb"
-                                                                          else "; apply it before the exported network")},
+                  "transform": INPUTS[model_input][1] + ("" if model_input == "rgb" else
+                                                         "; apply it before the exported network")},
         "checkpoint": {"path": str(ckpt_path.resolve()), "sha256": sha, "step": ckpt.get("step"),
                        "epoch": ckpt.get("epoch"), "git": ckpt.get("git"),
                        "moquad_version": ckpt.get("moquad_version")},

@@ -148,7 +148,7 @@ class EpochBatches(Dataset):
         pick = pool.picker(i, int(split.shard[i])) if pool is not None else None
         hw = (int(split.height[i]), int(split.width[i]))
         return i, payload, draw_views(int(split.num_frames[i]), hw, cfg, rng, pick, str(split.video_id[i]),
-                                          self.mode)
+                                      self.mode)
 
     def _frames(self, drawn: list[tuple[int, bytes, ViewParams]]) -> dict[str, torch.Tensor]:
         """The views' frames: decoded into ``raw`` (B, U, H, W, 3), or, with ``decode_on_device``, their JPEG

@@ -91,7 +91,8 @@ def _frame_differences(module: nn.Module, args: tuple) -> tuple:
 
 
 # what the backbone sees of a clip: name -> (forward pre-hook or None, description). The hook sits on the
-# backbone itself, so pre-training, features, fine-tuning and the export's build code all see the same input.
+# backbone itself, so pre-training, features, fine-tuning and the export card's ``build_backbone(name, input)``
+# see the same input (torchvision-named exports carry the transform as text in the card).
 INPUTS: dict[str, tuple[Callable | None, str]] = {
     "rgb": (None, "the clip's normalised frames"),
     "diff": (_frame_differences, "differences of consecutive normalised frames, T - 1 of them: motion without "
