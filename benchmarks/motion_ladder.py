@@ -12,6 +12,7 @@ fine-tuning settings) and reports its test top-1 in every column. One JSON line 
     python benchmarks/motion_ladder.py --out runs/ladder --families types directions --seeds 0 \\
         --variants base paper reverse speed+reverse
     python benchmarks/motion_ladder.py --out runs/ladder --table
+    python benchmarks/motion_ladder.py --out runs/ladder --per-class directions   # top-1 per class
 """
 
 from __future__ import annotations
@@ -155,6 +156,41 @@ def goal(rows: list[dict], adopted: str = "speed+reverse+shared") -> str:
     return "\n".join(lines)
 
 
+def _class_accuracy(run: Path) -> dict[str, float]:
+    """A run's top-1 per class (%): weighted kNN on its cached features (retrieve's protocol), or a supervised
+    run's test accuracy per class; empty when the run has neither."""
+    from moquad.config import EvalConfig
+    from moquad.eval.features import read_features
+    from moquad.eval.retrieve import knn_classify
+    from moquad.eval.search import nearest, prepare
+
+    feats, sup = run / "eval" / "features", run / "finetune_random.json"
+    if (feats / "test.lance").exists() and (feats / "train.lance").exists():
+        qf, gf = read_features(feats / "test.lance"), read_features(feats / "train.lance")
+        q, g, k = prepare(qf["embedding"], False), prepare(gf["embedding"], False), EvalConfig().knn_k
+        per = knn_classify(q, g, nearest(q, g, k), qf["label"], gf["label"], k, EvalConfig().knn_t)["per_class_top1"]
+        names = dict(zip(qf["label"].tolist(), qf["class_name"]))
+        return {names[c]: 100 * v for c, v in per.items()}
+    if sup.is_file():
+        return {r["class"]: 100 * r["accuracy"] for r in json.loads(sup.read_text())["per_class"]}
+    return {}
+
+
+def per_class(out: Path, family: str) -> str:
+    """Markdown: per class of ``family``, each variant's top-1 (weighted kNN; supervised: fine-tuned), mean over
+    the seeds whose runs are under OUT: which classes a method's features tell apart."""
+    acc: dict[str, dict[str, list[float]]] = {}
+    for run in sorted((out / "runs" / family).glob("seed*/*")):
+        for name, v in _class_accuracy(run).items():
+            acc.setdefault(run.name, {}).setdefault(name, []).append(v)
+    classes = list(dict.fromkeys(c for per in acc.values() for c in per))
+    lines = [f"| {family}: variant | seeds | " + " | ".join(classes) + " |", "|---|---:|" + "---:|" * len(classes)]
+    for var in [v for v in dict.fromkeys(["random", "supervised", *VARIANTS]) if v in acc]:
+        cells = [f"{statistics.mean(acc[var][c]):.1f}" if c in acc[var] else "–" for c in classes]
+        lines.append(f"| {var} | {max(len(v) for v in acc[var].values())} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def plot(rows: list[dict], path: Path) -> None:
     """Grouped bars: per family, each variant's mean weighted-kNN and linear top-1 (error bars: std over seeds)."""
     import matplotlib
@@ -194,7 +230,11 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=None, help="default: the demo recipe's")
     ap.add_argument("--table", action="store_true", help="only print the table of finished runs")
     ap.add_argument("--plot", default=None, help="also draw the finished runs' bars to this PNG")
+    ap.add_argument("--per-class", default=None, metavar="FAMILY", help="only print FAMILY's top-1 per class")
     args = ap.parse_args()
+    if args.per_class:
+        print(per_class(Path(args.out), args.per_class))
+        return
     out = Path(args.out)
     path = out / "results.jsonl"
     if not args.table:

@@ -22,7 +22,8 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -32,7 +33,7 @@ Location = str | Path
 T = TypeVar("T")
 SCHEMES = ("s3", "gs", "gcs", "http", "https")
 ATTEMPTS = 6  # tries per request; backoff 0.1, 0.2, 0.4, 0.8, 1.6 s (+ jitter)
-THREADS = 16  # concurrent requests per process (hides per-request latency)
+THREADS = 32  # concurrent requests per process: a batch's payloads, the next batch's and the RAD donors in one wave
 STATS = {"requests": 0, "retries": 0, "bytes": 0}  # this process's counts (each DataLoader worker has its own)
 _NOT_RETRIED = ("ACCESS_DENIED", "AccessDenied", "NO_SUCH_BUCKET", "InvalidAccessKeyId", "SignatureDoesNotMatch",
                "past end of file")
@@ -72,7 +73,9 @@ def _cached(key: tuple, make: Callable[[], T]) -> T:
 
 
 def _filesystem(scheme: str) -> Any:
-    """pyarrow's S3 or GCS filesystem with its own retries off (ours count them); credentials from the chain."""
+    """pyarrow's S3 or GCS filesystem; credentials from the client's standard chain. S3: its own retries off
+    (ours count them), ``AWS_ENDPOINT_URL(_S3)`` for another S3-API server. GCS: ``STORAGE_EMULATOR_HOST`` (the
+    variable Google's clients read) points at an emulator, without credentials."""
     import pyarrow.fs as pafs
 
     def make() -> Any:
@@ -80,6 +83,12 @@ def _filesystem(scheme: str) -> Any:
             endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
             return pafs.S3FileSystem(endpoint_override=endpoint, connect_timeout=10, request_timeout=60,
                                      retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
+        emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+        if emulator:
+            host = urlsplit(emulator if "://" in emulator else f"http://{emulator}")
+            return pafs.GcsFileSystem(anonymous=True, endpoint_override=host.netloc, scheme=host.scheme,
+                                      project_id=os.environ.get("GOOGLE_CLOUD_PROJECT", "moquad"),
+                                      retry_time_limit=timedelta(seconds=1))
         return pafs.GcsFileSystem()
     return _cached(("fs", scheme), make)
 
@@ -146,17 +155,25 @@ def read_range(loc: Location, offset: int, size: int) -> bytes:
     return data
 
 
+def _caught(fn: Callable[[Any], T], x: Any) -> T | Exception:
+    try:
+        return fn(x)
+    except Exception as e:  # noqa: BLE001 - handed back to the caller per item
+        return e
+
+
+def start(fn: Callable[[Any], T], items: Sequence[Any]) -> list[Future]:
+    """``fn`` over ``items`` on this process's request threads, started now (the caller goes on); each Future's
+    result is ``fn``'s value or the exception it raised."""
+    pool = _cached(("pool",), lambda: ThreadPoolExecutor(THREADS, thread_name_prefix="moquad-read"))
+    return [pool.submit(_caught, fn, x) for x in items]
+
+
 def concurrently(fn: Callable[[Any], T], items: Sequence[Any]) -> list[T | Exception]:
     """``fn`` over ``items`` on this process's request threads (a store's latency overlaps); failures returned."""
-    def one(x: Any) -> T | Exception:
-        try:
-            return fn(x)
-        except Exception as e:  # noqa: BLE001 - handed back to the caller per item
-            return e
     if len(items) < 2:
-        return [one(x) for x in items]
-    pool = _cached(("pool",), lambda: ThreadPoolExecutor(THREADS, thread_name_prefix="moquad-read"))
-    return list(pool.map(one, items))
+        return [_caught(fn, x) for x in items]
+    return [f.result() for f in start(fn, items)]
 
 
 def read_all(loc: Location) -> bytes:

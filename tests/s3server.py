@@ -133,6 +133,7 @@ def s3_server(bucket: str = "bkt") -> Iterator[FaultProxy]:
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     proxy = FaultProxy(port)
+    proxy.server_pid = proc.pid  # benchmarks read the server's CPU time
     thread = threading.Thread(target=proxy.serve_forever, daemon=True)
     thread.start()
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1",

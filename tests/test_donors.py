@@ -7,7 +7,7 @@ import pytest
 import torch
 from fixtures import coded_dataset, decode_code
 
-from moquad.data.donors import DonorPool, donor_pool
+from moquad.data.donors import DonorPool, donor_picks, donor_pool
 from moquad.data.store import Split
 from moquad.errors import MoquadError
 
@@ -18,7 +18,7 @@ def split(tmp_path_factory):
 
 
 def test_pool_reads_one_frame_of_distinct_videos_at_the_window_size(split):
-    pool = donor_pool(split, 5, 7, np.random.default_rng(0))
+    pool = donor_pool(split, donor_picks(split, 5, np.random.default_rng(0)), 7)
     assert pool.cells.shape == (5, 7, 7, 3) and pool.cells.dtype == torch.uint8
     assert len(set(pool.video.tolist())) == 5 and pool.ids == [f"v{i:02d}" for i in pool.video]
     for cell, vid in zip(pool.cells, pool.video):
@@ -27,9 +27,9 @@ def test_pool_reads_one_frame_of_distinct_videos_at_the_window_size(split):
     largest = sum(int(np.diff(split.frame_offsets(int(v))).max()) for v in pool.video)
     smallest = sum(int(np.diff(split.frame_offsets(int(v))).min()) for v in pool.video)
     assert smallest <= pool.bytes_read <= largest  # exactly one frame read per donor
-    again = donor_pool(split, 5, 7, np.random.default_rng(0))
+    again = donor_pool(split, donor_picks(split, 5, np.random.default_rng(0)), 7)
     assert torch.equal(again.cells, pool.cells)  # seeded
-    assert len(donor_pool(split, 100, 7, np.random.default_rng(1)).video) == 8  # capped at the split
+    assert len(donor_pool(split, donor_picks(split, 100, np.random.default_rng(1)), 7).video) == 8  # capped at the split
 
 
 def _pool(videos, shards) -> DonorPool:

@@ -68,6 +68,29 @@ def test_each_sample_is_one_ranged_get_and_bytes_equal_the_payloads(s3, coded):
         sum(int(split.size[i]) for b in batches for i in b["index"].tolist())  # 1.0x the payloads used
 
 
+def test_the_next_batch_is_read_ahead_while_this_one_is_built(s3, coded):
+    """On a store, building batch j starts the ranged GETs of the same worker's next batch (j + 1 with one
+    process): its payloads and its RAD donor frames. They are held until used, each read once, the last batch
+    starts none, and the batches equal those read from local disk."""
+    local, url = coded
+    cfg = dataclasses.replace(CFG, appearance_op="rad_inter", donors_per_sample=1, rad_k=2)
+    s3.reset()
+    loader = make_loader(url, cfg, batch_size=2)
+    ds, it = loader.dataset, iter(loader)
+    first = next(it)
+    held = ds.split._prefetched
+    donors_1 = ds._donor_picks(1)
+    assert sorted(map(str, held)) == sorted(map(str, [*ds.plan.batch(1, 0).tolist(), *donors_1]))
+    assert all(not isinstance(f.result(), Exception) for f in held.values())
+    assert s3.ranged == 2 * (2 + 5)  # batches 0 and 1: two payloads and k*k + 1 = 5 donor frames each, once
+    batches = [first, *it]
+    assert not ds.split._prefetched  # nothing read past the epoch's last batch
+    assert s3.ranged == len(batches) * (2 + 5)
+    assert s3.ranged_bytes == sum(b["bytes"] for b in batches)
+    ref = list(make_loader(local, cfg, batch_size=2))
+    assert all((a["views"] == b["views"]).all() for a, b in zip(batches, ref))
+
+
 def test_throttling_and_dropped_connections_are_retried_and_counted(s3, coded, caplog, monkeypatch):
     local, url = coded
     monkeypatch.setattr(objstore, "ATTEMPTS", 4)
@@ -145,6 +168,55 @@ def test_preprocess_verify_pretrain_retrieve_all_on_s3(s3, tmp_path, real_videos
     assert res["queries"] == len(read_manifest(url, "test")) > 0 and 0 <= res["top1"] <= res["top5"] <= 1
     for f in [*run.rglob("*"), *(tmp_path / "eval").rglob("*")]:  # credentials never reach a run folder
         assert not f.is_file() or SECRET.encode() not in f.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    """A GCS emulator (gcp-storage-emulator, pip) on 127.0.0.1 with bucket ``bkt``; STORAGE_EMULATOR_HOST meanwhile."""
+    pytest.importorskip("gcp_storage_emulator", reason="the gs:// test needs gcp-storage-emulator (pip install -e '.[dev]')")
+    import socket
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port",
+                             str(port), "--in-memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mp = pytest.MonkeyPatch()
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                assert time.time() < deadline, "the GCS emulator did not start"
+                time.sleep(0.1)
+        mp.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+        objstore.reset()
+        objstore._filesystem("gs").create_dir("bkt")
+        yield port
+    finally:
+        mp.undo()
+        objstore.reset()
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_gs_datasets_read_the_same_batches_through_a_gcs_emulator(gcs, coded, tmp_path):
+    """gs:// through pyarrow's GCS client against an emulator: `moquad info` reads the manifests from the store,
+    and the loader's batches (each sample one ranged read) equal those read from local disk."""
+    local, _ = coded
+    upload_tree(local, "gs://bkt/coded")
+    before = dict(objstore.STATS)
+    batches = list(make_loader("gs://bkt/coded", CFG, batch_size=2))
+    ref = list(make_loader(local, CFG, batch_size=2))
+    assert [b["video_id"] for b in batches] == [b["video_id"] for b in ref]
+    assert all((a["views"] == b["views"]).all() for a, b in zip(batches, ref))
+    read = objstore.STATS["bytes"] - before["bytes"]
+    assert read >= sum(b["bytes"] for b in batches) > 0
+    info = moquad("info", "gs://bkt/coded")
+    assert "gs://bkt/coded" in info.stdout and str(len(store.Split(local))) in info.stdout
 
 
 def test_object_store_paths_join_and_local_paths_stay_paths(tmp_path):

@@ -205,6 +205,7 @@ def test_nearest_on_gpu_equals_float64_rule():
 def _knn_loop(q, ql, g, gl, k, t):
     """Direct per-query loop: cosine, k nearest by (-rounded sim, index), votes exp(sim / t) per class."""
     top1 = top5 = 0
+    right: dict[int, list[bool]] = {}
     for i in range(len(q)):
         sims = [float(np.dot(q[i], g[j]) / (np.linalg.norm(q[i]) * np.linalg.norm(g[j]))) for j in range(len(g))]
         order = sorted(range(len(g)), key=lambda j: (-round(sims[j], 9), j))[:k]
@@ -214,7 +215,9 @@ def _knn_loop(q, ql, g, gl, k, t):
         ranked = sorted(votes, key=lambda c: (-votes[c], c))
         top1 += ranked[0] == ql[i]
         top5 += ql[i] in ranked[:5]
-    return {"knn_top1": top1 / len(q), "knn_top5": top5 / len(q)}
+        right.setdefault(int(ql[i]), []).append(ranked[0] == ql[i])
+    return {"knn_top1": top1 / len(q), "knn_top5": top5 / len(q),
+            "per_class_top1": {c: sum(r) / len(r) for c, r in sorted(right.items())}}
 
 
 @pytest.mark.parametrize("k, t", [(20, 0.07), (1, 0.07), (3, 0.5), (7, 0.01)])
@@ -229,8 +232,9 @@ def test_knn_matches_direct_loop(k, t):
     gl[3] = -1  # an unlabelled gallery video votes for an 'unknown' class
     qp, gp = prepare(q, False), prepare(g, False)
     nn = nearest(qp, gp, k)
-    got = knn_classify(qp, gp, nn, ql, gl, k, t)
-    assert got == pytest.approx(_knn_loop(q, ql, g, gl, k, t))
+    got, want = knn_classify(qp, gp, nn, ql, gl, k, t), _knn_loop(q, ql, g, gl, k, t)
+    assert got["per_class_top1"] == pytest.approx(want.pop("per_class_top1"))
+    assert {k: v for k, v in got.items() if k != "per_class_top1"} == pytest.approx(want)
     assert 0.0 < got["knn_top1"] <= got["knn_top5"]
 
 
@@ -238,7 +242,7 @@ def test_knn_small_temperature_does_not_overflow():
     g = prepare(np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]]), False)
     q = prepare(np.array([[1.0, 0.05]]), False)
     res = knn_classify(q, g, nearest(q, g, 3), np.array([1]), np.array([0, 1, 1]), k=3, t=1e-4)
-    assert res == {"knn_top1": 0.0, "knn_top5": 1.0}  # weight of the single nearest (class 0) dominates
+    assert res == {"knn_top1": 0.0, "knn_top5": 1.0, "per_class_top1": {1: 0.0}}  # weight of the single nearest (class 0) dominates
 
 
 def test_retrieve_cli_reports_knn(tmp_path):
@@ -257,6 +261,8 @@ def test_retrieve_cli_reports_knn(tmp_path):
     qf, gf = read_features(tmp_path / "out/features/test.lance"), read_features(tmp_path / "out/features/train.lance")
     want = _knn_loop(qf["embedding"].astype(np.float64), qf["label"], gf["embedding"].astype(np.float64), gf["label"], 3, 0.1)
     assert saved["knn"]["k"] == 3 and saved["knn"]["t"] == 0.1
+    names = dict(zip(qf["label"].tolist(), qf["class_name"]))  # per class, by name
+    assert saved["knn"]["per_class_top1"] == pytest.approx({names[c]: v for c, v in want.pop("per_class_top1").items()})
     assert {k: saved[k] for k in want} == pytest.approx(want)
     bad = subprocess.run([*base, "--knn-t", "0"], capture_output=True, text=True)
     lines = [x for x in bad.stderr.splitlines() if x.strip()]

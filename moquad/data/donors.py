@@ -60,13 +60,18 @@ class DonorPool:
         return pick
 
 
-def donor_pool(split: Split, count: int, cell: int, rng: np.random.Generator) -> DonorPool:
-    """Read one random frame of each of ``count`` distinct random videos (at least two when possible)."""
+def donor_picks(split: Split, count: int, rng: np.random.Generator) -> list[tuple[int, int]]:
+    """(video, frame) of ``count`` distinct random videos (at least two when possible), one random frame each:
+    what :func:`donor_pool` reads (known before any read, so a loader can start the reads ahead)."""
     n = len(split)
     count = min(n, max(2, count))
     chosen = rng.choice(n, size=count, replace=False) if count < n else rng.permutation(n)
+    return [(i, int(rng.integers(0, split.num_frames[i]))) for i in chosen.tolist()]
+
+
+def donor_pool(split: Split, picks: list[tuple[int, int]], cell: int) -> DonorPool:
+    """Read and decode the frames ``picks`` (:func:`donor_picks`) at the window size ``cell``."""
     frames, videos, used = [], [], 0
-    picks = [(i, int(rng.integers(0, split.num_frames[i]))) for i in chosen.tolist()]  # the same draws as before
     for (i, _), data in zip(picks, split.frame_bytes_many(picks)):  # the reads overlap on an object store
         try:
             if isinstance(data, Exception):

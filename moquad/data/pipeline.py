@@ -3,7 +3,8 @@
 Per rank and epoch, batch ``j`` (:class:`~moquad.data.epoch_plan.EpochPlan`) is built by one DataLoader
 worker in small stages, all driven by the manifest (:class:`~moquad.data.store.Split`):
 
-    videos of batch j -> read payloads by offset (concurrently from a store) + xxh3 -> draw ViewParams (seeded per video: epoch_plan.STREAMS)
+    videos of batch j -> read payloads by offset (from a store: started one batch ahead, in the background)
+      + xxh3 -> draw ViewParams (seeded per video: epoch_plan.STREAMS)
       -> decode the frames the views use into the batch -> what the appearance op needs (ops.APPEARANCE_OPS:
       RAD donors, one frame of random other videos read by index, or the video's own frames)
       -> apply_views (here) or ship frames + parameters (augment_on_device)
@@ -32,7 +33,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from moquad.config import LoaderConfig
 from moquad.data.augment import apply_views
-from moquad.data.donors import DonorPool, donor_pool, resize_cells
+from moquad.data.donors import DonorPool, donor_picks, donor_pool, resize_cells
 from moquad.data.epoch_plan import EpochPlan, stream
 from moquad.data.store import BadSample, Split, decode_frames, decode_jpeg
 from moquad.data.views import ViewParams, cell_size, check_config, draw_views, needs_donors
@@ -104,12 +105,15 @@ class EpochBatches(Dataset):
 
     def __getitem__(self, j: int) -> dict[str, Any]:
         cfg, split = self.cfg, self.split
-        pool = None
-        if needs_donors(cfg, self.mode):  # enough donors for k*k distinct other videos in every mosaic (module donors)
-            count = max(cfg.donors_per_sample * self.plan.per_rank, cfg.rad_k ** 2 + 1)
-            pool = donor_pool(split, count, cell_size(cfg), stream("donors", cfg.seed, self.epoch, j, self.rank))
         rows = [int(i) for i in self.plan.batch(j, self.rank)]
-        split.prefetch(rows)  # the batch's payloads read concurrently (an object store's latency overlaps)
+        worker = get_worker_info()  # this worker's next batch: the DataLoader deals batches out in turn
+        after = j + (worker.num_workers if worker is not None else 1)
+        picks = self._donor_picks(j)
+        if after < len(self):  # on a store: this batch's reads and the next one's, started together
+            split.prefetch([*rows, *self.plan.batch(after, self.rank)], [*picks, *self._donor_picks(after)])
+        else:
+            split.prefetch(rows, picks)
+        pool = donor_pool(split, picks, cell_size(cfg)) if needs_donors(cfg, self.mode) else None
         spares = self.plan.spares(j, self.rank)
         bad: list[dict[str, str]] = []
         drawn = [self._draw(i, j, pool, spares, bad) for i in rows]
@@ -120,6 +124,15 @@ class EpochBatches(Dataset):
                 i = drawn[e.pos][0]
                 bad.append(self._bad(i, str(e.reason)))
                 drawn[e.pos] = self._draw(self._next_spare(spares), j, pool, spares, bad, spare=True)
+
+    def _donor_picks(self, j: int) -> list[tuple[int, int]]:
+        """Batch ``j``'s RAD donor frames (none when the views need none): enough videos for k*k distinct other
+        videos in every mosaic (module donors), drawn from the batch's own stream."""
+        cfg = self.cfg
+        if not needs_donors(cfg, self.mode):
+            return []
+        count = max(cfg.donors_per_sample * self.plan.per_rank, cfg.rad_k ** 2 + 1)
+        return donor_picks(self.split, count, stream("donors", cfg.seed, self.epoch, j, self.rank))
 
     def _next_spare(self, spares: Iterator[int]) -> int:
         spare = next(spares, None)

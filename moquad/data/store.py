@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +194,7 @@ class Split:
     def __init__(self, data_dir: Location, split: str = "train") -> None:
         table = read_manifest(data_dir, split)
         self.data_dir, self.split = data_dir if objstore.is_url(data_dir) else Path(data_dir), split
-        self._prefetched: dict[int, bytes | Exception] = {}
+        self._prefetched: dict[int | tuple[int, int], Future] = {}  # reads in flight (stores; prefetch)
         self.video_id = np.asarray(table.column("video_id").to_pylist(), dtype=object)
         self.label = table.column("label").to_numpy().astype(np.int64)
         self.class_name = table.column("class_name").to_pylist()
@@ -251,22 +252,31 @@ class Split:
             out[name] = listed[folder].get(base)
         return out
 
-    def prefetch(self, rows: Sequence[int]) -> None:
-        """Read the payloads of ``rows`` concurrently (a store's latency overlaps); :meth:`payload` takes them."""
+    def prefetch(self, rows: Sequence[int], frames: Sequence[tuple[int, int]] = ()) -> None:
+        """On an object store, start reading the payloads of ``rows`` and the (video, frame) JPEGs ``frames`` in
+        the background, so their latencies overlap with each other and with the caller's work (the loader asks for
+        its batch and the next one); :meth:`payload` and :meth:`frame_bytes_many` take them. Reads asked for in
+        neither argument are dropped, so at most what one call names is held. Local files: nothing."""
         if not objstore.is_url(self.data_dir):
             return  # a local pread is fast: read when used
-        rows = [int(i) for i in rows if int(i) not in self._prefetched]
-        reads = objstore.concurrently(lambda i: read_bytes(self.shard_path(i), int(self.offset[i]), int(self.size[i])),
-                                      rows)
-        self._prefetched.update(zip(rows, reads))
+        wanted = list(dict.fromkeys([*(int(i) for i in rows), *((int(i), int(f)) for i, f in frames)]))
+        self._prefetched = {k: f for k, f in self._prefetched.items() if k in wanted}
+        new = [k for k in wanted if k not in self._prefetched]
+        futures = objstore.start(lambda k: self.frame_bytes(*k) if isinstance(k, tuple) else
+                                 read_bytes(self.shard_path(k), int(self.offset[k]), int(self.size[k])), new)
+        self._prefetched.update(zip(new, futures))
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_prefetched": {}}  # reads in flight stay with the process that started them
 
     def payload(self, i: int, verify: bool = True) -> bytes:
-        """Video ``i``'s concatenated JPEGs: one read (or what :meth:`prefetch` read), xxh3-checked unless
+        """Video ``i``'s concatenated JPEGs: one read (or what :meth:`prefetch` started), xxh3-checked unless
         ``verify=False``."""
         got = self._prefetched.pop(int(i), None)
-        if isinstance(got, Exception):
-            raise got
-        data = got if got is not None else read_bytes(self.shard_path(i), int(self.offset[i]), int(self.size[i]))
+        data = got.result() if got is not None else \
+            read_bytes(self.shard_path(i), int(self.offset[i]), int(self.size[i]))
+        if isinstance(data, Exception):
+            raise data
         if verify and xxhash.xxh3_128_hexdigest(data) != self.xxh3[i]:
             raise BadSample("checksum mismatch")
         return data
@@ -277,13 +287,15 @@ class Split:
         return read_bytes(self.shard_path(i), int(self.offset[i] + fo[f]), int(fo[f + 1] - fo[f]))
 
     def frame_bytes_many(self, picks: Sequence[tuple[int, int]]) -> list[bytes | Exception]:
-        """:meth:`frame_bytes` of several (video, frame) pairs (RAD donors): concurrent on a store, in turn
-        locally; a failed read is returned in its place."""
+        """:meth:`frame_bytes` of several (video, frame) pairs (RAD donors): on a store concurrently (or what
+        :meth:`prefetch` started), locally in turn; a failed read is returned in its place."""
         def read(p: tuple[int, int]) -> bytes:
             return self.frame_bytes(*p)
-        if objstore.is_url(self.data_dir):
-            return objstore.concurrently(read, picks)
-        return [objstore.concurrently(read, [p])[0] for p in picks]
+        if not objstore.is_url(self.data_dir):
+            return [objstore.concurrently(read, [p])[0] for p in picks]
+        started = [self._prefetched.pop((int(i), int(f)), None) for i, f in picks]
+        rest = iter(objstore.concurrently(read, [p for p, got in zip(picks, started) if got is None]))
+        return [got.result() if got is not None else next(rest) for got in started]
 
     def read_frames(self, i: int, indices: Sequence[int]) -> np.ndarray:
         """Decode frames ``indices`` (any order, repeats allowed) of video ``i`` -> uint8 (T, H, W, 3).

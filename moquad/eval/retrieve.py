@@ -41,7 +41,8 @@ def hits_at(nn: np.ndarray, q_labels: np.ndarray, g_labels: np.ndarray, ks: Sequ
 
 def knn_classify(q: np.ndarray | torch.Tensor, g: np.ndarray | torch.Tensor, nn: np.ndarray,
                  q_labels: np.ndarray, g_labels: np.ndarray, k: int, t: float) -> dict[str, float]:
-    """Weighted kNN classification, DINO's protocol (``eval_knn.knn_classifier``) -> knn_top1, knn_top5.
+    """Weighted kNN classification, DINO's protocol (``eval_knn.knn_classifier``) -> knn_top1, knn_top5 and
+    ``per_class_top1`` (label -> top-1 over that class's queries: which classes the features tell apart).
 
     Each query's k nearest gallery videos vote for their class with weight exp(cosine / t); classes
     rank by total vote; top-1 / top-5 = the query's class is the best / among the 5 best. As DINO:
@@ -64,7 +65,8 @@ def knn_classify(q: np.ndarray | torch.Tensor, g: np.ndarray | torch.Tensor, nn:
     np.add.at(votes, (rows, np.where(g_labels >= 0, g_labels, unknown)[nb].ravel()), weight.ravel())
     ranked = np.argsort(-votes, axis=1, kind="stable")[:, :5]  # stable: equal votes, lower label first
     right = (ranked == q_labels[:, None]) & (np.take_along_axis(votes, ranked, 1) > 0)
-    return {"knn_top1": float(right[:, 0].mean()), "knn_top5": float(right.any(1).mean())}
+    per_class = {int(c): float(right[q_labels == c, 0].mean()) for c in np.unique(q_labels)}
+    return {"knn_top1": float(right[:, 0].mean()), "knn_top5": float(right.any(1).mean()), "per_class_top1": per_class}
 
 
 def _tables(cfg: EvalConfig, result: dict[str, Any], title: str) -> list[Table]:
@@ -122,7 +124,9 @@ def retrieve(cfg: EvalConfig, json_path: str | Path | None = None, *, query_spli
     result["exact"] = hits_at(exact, ql, gl, cfg.ks)
     result.update({f"top{k}": result["exact"][f"hit@{k}"] for k in cfg.ks})  # headline numbers (exact search)
     knn = knn_classify(qt, gt, exact, ql, gl, cfg.knn_k, cfg.knn_t)
-    result["knn"] = {"k": min(cfg.knn_k, len(g)), "t": cfg.knn_t, **knn}
+    names = dict(zip(ql.tolist(), np.asarray(qf["class_name"], dtype=object)[keep].tolist()))
+    per_class = {names[c]: v for c, v in knn.pop("per_class_top1").items()}
+    result["knn"] = {"k": min(cfg.knn_k, len(g)), "t": cfg.knn_t, **knn, "per_class_top1": per_class}
     result.update(knn)  # knn_top1, knn_top5 headline numbers
     if cfg.index == "lance":
         approx = lance_nearest(g, q, max(cfg.ks), out_dir(cfg) / "features" / f"{gallery_split}-index.lance")
