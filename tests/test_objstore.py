@@ -91,6 +91,18 @@ def test_the_next_batch_is_read_ahead_while_this_one_is_built(s3, coded):
     assert all((a["views"] == b["views"]).all() for a, b in zip(batches, ref))
 
 
+def test_read_ahead_with_two_workers_reads_each_sample_once(s3, coded):
+    """Two DataLoader workers: each reads ahead ITS next batch (j + 2), so nothing is read twice or wasted."""
+    local, url = coded
+    cfg = dataclasses.replace(CFG, appearance_op="rad_inter", donors_per_sample=1, rad_k=2, workers=2)
+    s3.reset()
+    batches = list(make_loader(url, cfg, batch_size=1))
+    assert len(batches) == 8 and s3.ranged == 8 * (1 + 5)  # one payload and k*k + 1 donor frames per batch
+    assert s3.ranged_bytes == sum(b["bytes"] for b in batches)
+    ref = list(make_loader(local, cfg, batch_size=1))
+    assert all((a["views"] == b["views"]).all() for a, b in zip(batches, ref))
+
+
 def test_throttling_and_dropped_connections_are_retried_and_counted(s3, coded, caplog, monkeypatch):
     local, url = coded
     monkeypatch.setattr(objstore, "ATTEMPTS", 4)
