@@ -158,21 +158,8 @@ def print_alt(files: list[Path], frames: dict, ref: dict, jpeg_psnr: float, args
               f"{alt_psnr:.1f} | {times} |")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--videos", type=Path, default=REAL)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--short-side", type=int, default=128)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--alt", action="store_true", help="also measure small-GOP MPEG-4 as the frame store")
-    ap.add_argument("--engine-shard-size", type=int, default=1_000_000, help="source bytes per shard (engine rows)")
-    args = ap.parse_args()
-    files = sorted(p for p in args.videos.iterdir() if p.suffix.lower() in T.VIDEO_EXTENSIONS)
-    if not files:
-        sys.exit(f"no videos in {args.videos}")
-    src_bytes = sum(p.stat().st_size for p in files)
-    frames = {p: T.transcode(p, args.short_side, threads=1) for p in files}  # warm-up + reference output
-    n_frames = sum(f.num_frames for f in frames.values())
+def measure(files: list[Path], args: argparse.Namespace) -> tuple:
+    """Every step's wall times (interleaved repeats), the shard bytes, and whether Ray's output equals the pool's."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "raw"
         for p in files:
@@ -213,6 +200,25 @@ def main() -> None:
         shard_bytes = sum(p.stat().st_size for p in Path(f"{tmp}/out1/shards").glob("*.tar"))
         identical, n_shards = (same_output(Path(last["local"]), Path(last["ray"])) if ray_start is not None
                                else (False, 0))
+    return steps, times, shard_bytes, identical, n_shards, ray_start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--videos", type=Path, default=REAL)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--short-side", type=int, default=128)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--alt", action="store_true", help="also measure small-GOP MPEG-4 as the frame store")
+    ap.add_argument("--engine-shard-size", type=int, default=1_000_000, help="source bytes per shard (engine rows)")
+    args = ap.parse_args()
+    files = sorted(p for p in args.videos.iterdir() if p.suffix.lower() in T.VIDEO_EXTENSIONS)
+    if not files:
+        sys.exit(f"no videos in {args.videos}")
+    src_bytes = sum(p.stat().st_size for p in files)
+    frames = {p: T.transcode(p, args.short_side, threads=1) for p in files}  # warm-up + reference output
+    n_frames = sum(f.num_frames for f in frames.values())
+    steps, times, shard_bytes, identical, n_shards, ray_start = measure(files, args)
     t_dec = statistics.median(times[steps[0][0]])
     rows = [(name, statistics.median(times[name]), statistics.median(times[name]) * cores / t_dec, cores)
             for name, cores, _ in steps]
