@@ -103,6 +103,24 @@ def test_read_ahead_with_two_workers_reads_each_sample_once(s3, coded):
     assert all((a["views"] == b["views"]).all() for a, b in zip(batches, ref))
 
 
+def test_evaluation_reads_a_videos_frames_concurrently(s3, coded, monkeypatch):
+    """``read_frames`` (evaluation clips) on a store: one ranged GET per distinct frame, all in flight at once
+    (with 50 ms added per read, 6 frames take about one round trip), and the same pixels as local disk."""
+    local, url = coded
+    split, ref = store.Split(url), store.Split(local)
+    s3.reset()
+    s3.latency = 0.05
+    seen = []
+    real = objstore.start
+    monkeypatch.setattr(objstore, "start", lambda fn, items: seen.append(len(items)) or real(fn, items))
+    try:
+        got = split.read_frames(0, [5, 0, 2, 2, 7, 9, 11, 0])
+    finally:
+        s3.latency = 0.0
+    assert (got == ref.read_frames(0, [5, 0, 2, 2, 7, 9, 11, 0])).all()
+    assert s3.ranged == 6 and seen == [6]  # the 6 distinct frames, submitted together
+
+
 def test_throttling_and_dropped_connections_are_retried_and_counted(s3, coded, caplog, monkeypatch):
     local, url = coded
     monkeypatch.setattr(objstore, "ATTEMPTS", 4)
