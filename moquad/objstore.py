@@ -65,11 +65,30 @@ def local_or(loc: Location, name: str) -> Path:
 
 
 def _cached(key: tuple, make: Callable[[], T]) -> T:
+    """This process's object for ``key``, made once (``make`` may do network I/O: it runs outside the lock)."""
     key = (os.getpid(), *key)
     with _lock:
-        if key not in _cache:
-            _cache[key] = make()
-        return _cache[key]
+        if key in _cache:
+            return _cache[key]
+    value = make()
+    with _lock:
+        return _cache.setdefault(key, value)
+
+
+def _before_fork() -> None:
+    """Let this process's reads finish before it forks (a DataLoader starting its workers): the store clients'
+    own locks would be copied held by a request in flight, and the child would hang in its first request."""
+    pool = _cache.pop((os.getpid(), "pool"), None)  # a new pool is made on the next read
+    if pool is not None:
+        pool.shutdown(wait=True)  # the Futures complete: their results stay available
+
+
+def _after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()  # in case a thread of the parent held it at the fork
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork)
 
 
 def _filesystem(scheme: str) -> Any:

@@ -88,7 +88,11 @@ def test_the_next_batch_is_read_ahead_while_this_one_is_built(s3, coded):
     assert s3.ranged == len(batches) * (2 + 5)
     assert s3.ranged_bytes == sum(b["bytes"] for b in batches)
     ref = list(make_loader(local, cfg, batch_size=2))
-    assert all((a["views"] == b["views"]).all() for a, b in zip(batches, ref))
+    assert len(batches) == len(ref) == 4 and all((a["views"] == b["views"]).all() for a, b in zip(batches, ref))
+    s3.reset()  # a loader that stops early (the trainer's steps per epoch) or resumes reads only its batches
+    capped = list(make_loader(url, cfg, batch_size=2, start=1, num_batches=3))
+    assert len(capped) == 2 and s3.ranged == 2 * (2 + 5)
+    assert all((a["views"] == b["views"]).all() for a, b in zip(capped, ref[1:3]))
 
 
 def test_read_ahead_with_two_workers_reads_each_sample_once(s3, coded):
@@ -100,7 +104,34 @@ def test_read_ahead_with_two_workers_reads_each_sample_once(s3, coded):
     assert len(batches) == 8 and s3.ranged == 8 * (1 + 5)  # one payload and k*k + 1 donor frames per batch
     assert s3.ranged_bytes == sum(b["bytes"] for b in batches)
     ref = list(make_loader(local, cfg, batch_size=1))
-    assert all((a["views"] == b["views"]).all() for a, b in zip(batches, ref))
+    assert len(ref) == 8 and all((a["views"] == b["views"]).all() for a, b in zip(batches, ref))
+
+
+def _payload_size(split: store.Split, queue) -> None:
+    queue.put(len(split.payload(0)))
+
+
+def test_a_forked_worker_does_not_wait_for_reads_its_parent_started(s3, coded):
+    """A Split with reads in flight, then forked (a DataLoader worker of the next loader): the child reads for
+    itself instead of waiting on Futures whose threads stayed in the parent."""
+    import multiprocessing
+
+    _, url = coded
+    split = store.Split(url)
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    s3.latency = 1.0
+    try:
+        split.prefetch([0, 1])  # in flight here for ~1 s
+        child = ctx.Process(target=_payload_size, args=(split, queue))
+        child.start()
+        child.join(60)
+        hung = child.is_alive()
+        if hung:
+            child.kill()
+    finally:
+        s3.latency = 0.0
+    assert not hung and queue.get(timeout=10) == len(split.payload(0)) == int(split.size[0])
 
 
 def test_evaluation_reads_a_videos_frames_concurrently(s3, coded, monkeypatch):
@@ -241,7 +272,7 @@ def test_gs_datasets_read_the_same_batches_through_a_gcs_emulator(gcs, coded, tm
     before = dict(objstore.STATS)
     batches = list(make_loader("gs://bkt/coded", CFG, batch_size=2))
     ref = list(make_loader(local, CFG, batch_size=2))
-    assert [b["video_id"] for b in batches] == [b["video_id"] for b in ref]
+    assert len(batches) == 4 and [b["video_id"] for b in batches] == [b["video_id"] for b in ref]
     assert all((a["views"] == b["views"]).all() for a, b in zip(batches, ref))
     read = objstore.STATS["bytes"] - before["bytes"]
     assert read >= sum(b["bytes"] for b in batches) > 0

@@ -31,6 +31,7 @@ import simplejpeg
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
+from moquad import objstore
 from moquad.config import LoaderConfig
 from moquad.data.augment import apply_views
 from moquad.data.donors import DonorPool, donor_picks, donor_pool, resize_cells
@@ -96,8 +97,9 @@ class EpochBatches(Dataset):
     """Map-style dataset whose item ``j`` is rank ``rank``'s whole batch ``j`` of the epoch."""
 
     def __init__(self, split: Split, cfg: LoaderConfig, plan: EpochPlan, epoch: int, rank: int, *,
-                 mode: str, debug: bool) -> None:
+                 mode: str, debug: bool, end: int | None = None) -> None:
         self.split, self.cfg, self.plan, self.epoch, self.rank, self.mode = split, cfg, plan, epoch, rank, mode
+        self.end = plan.num_batches if end is None else end  # the loader's last batch + 1 (no reads past it)
         self.augment_on_device, self.debug = cfg.augment_on_device or cfg.decode_on_device, debug
 
     def __len__(self) -> int:
@@ -106,13 +108,8 @@ class EpochBatches(Dataset):
     def __getitem__(self, j: int) -> dict[str, Any]:
         cfg, split = self.cfg, self.split
         rows = [int(i) for i in self.plan.batch(j, self.rank)]
-        worker = get_worker_info()  # this worker's next batch: the DataLoader deals batches out in turn
-        after = j + (worker.num_workers if worker is not None else 1)
         picks = self._donor_picks(j)
-        if after < len(self):  # on a store: this batch's reads and the next one's, started together
-            split.prefetch([*rows, *self.plan.batch(after, self.rank)], [*picks, *self._donor_picks(after)])
-        else:
-            split.prefetch(rows, picks)
+        self._start_reads(j, rows, picks)
         pool = donor_pool(split, picks, cell_size(cfg)) if needs_donors(cfg, self.mode) else None
         spares = self.plan.spares(j, self.rank)
         bad: list[dict[str, str]] = []
@@ -124,6 +121,17 @@ class EpochBatches(Dataset):
                 i = drawn[e.pos][0]
                 bad.append(self._bad(i, str(e.reason)))
                 drawn[e.pos] = self._draw(self._next_spare(spares), j, pool, spares, bad, spare=True)
+
+    def _start_reads(self, j: int, rows: list[int], picks: list[tuple[int, int]]) -> None:
+        """On an object store, start batch ``j``'s reads and those of this worker's next batch (the DataLoader
+        deals batches out in turn), so their latency overlaps with this batch's work; none past the loader's end."""
+        if not objstore.is_url(self.split.data_dir):
+            return
+        worker = get_worker_info()
+        after = j + (worker.num_workers if worker is not None else 1)
+        if after < self.end:
+            rows, picks = [*rows, *self.plan.batch(after, self.rank).tolist()], [*picks, *self._donor_picks(after)]
+        self.split.prefetch(rows, picks)
 
     def _donor_picks(self, j: int) -> list[tuple[int, int]]:
         """Batch ``j``'s RAD donor frames (none when the views need none): enough videos for k*k distinct other
@@ -300,7 +308,7 @@ def make_loader(
     total = plan.num_batches if num_batches is None else min(num_batches, plan.num_batches)
     if not 0 <= start <= total:
         raise ValueError(f"start batch {start} outside the epoch's {total} batches")
-    ds = EpochBatches(data, cfg, plan, epoch, rank, mode=mode, debug=debug)
+    ds = EpochBatches(data, cfg, plan, epoch, rank, mode=mode, debug=debug, end=total)
     workers = min(cfg.workers, total - start)
     return DataLoader(ds, batch_size=None, sampler=range(start, total), collate_fn=_passthrough,
                       num_workers=workers, pin_memory=pin_memory, persistent_workers=False,

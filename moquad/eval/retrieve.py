@@ -40,7 +40,7 @@ def hits_at(nn: np.ndarray, q_labels: np.ndarray, g_labels: np.ndarray, ks: Sequ
 
 
 def knn_classify(q: np.ndarray | torch.Tensor, g: np.ndarray | torch.Tensor, nn: np.ndarray,
-                 q_labels: np.ndarray, g_labels: np.ndarray, k: int, t: float) -> dict[str, float]:
+                 q_labels: np.ndarray, g_labels: np.ndarray, k: int, t: float) -> dict[str, Any]:
     """Weighted kNN classification, DINO's protocol (``eval_knn.knn_classifier``) -> knn_top1, knn_top5 and
     ``per_class_top1`` (label -> top-1 over that class's queries: which classes the features tell apart).
 
