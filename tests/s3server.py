@@ -21,10 +21,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 SECRET = "moquad-test-secret-Zq8"  # must never show up in a run folder
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = 30.0) -> None:
+    """Until a server listens on 127.0.0.1:``port`` (raises after ``timeout`` seconds)."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 class FaultProxy(ThreadingHTTPServer):
@@ -129,7 +142,7 @@ class _Handler(BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def s3_server(bucket: str = "bkt") -> Iterator[FaultProxy]:
     """moto's S3 server + the proxy; the process environment points AWS clients at the proxy meanwhile."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     proxy = FaultProxy(port)
@@ -141,15 +154,7 @@ def s3_server(bucket: str = "bkt") -> Iterator[FaultProxy]:
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_for_port(port)
         import pyarrow.fs as pafs
 
         pafs.S3FileSystem(endpoint_override=proxy.url, allow_bucket_creation=True).create_dir(bucket)

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("moto", reason="the S3 tests need moto[server] (pip install -e '.[dev]')")
 
 from fixtures import coded_dataset  # noqa: E402
-from s3server import SECRET, s3_server  # noqa: E402
+from s3server import SECRET, free_port, s3_server, wait_for_port  # noqa: E402
 
 from moquad import objstore  # noqa: E402
 from moquad.config import LoaderConfig  # noqa: E402
@@ -235,24 +235,12 @@ def test_preprocess_verify_pretrain_retrieve_all_on_s3(s3, tmp_path, real_videos
 def gcs():
     """A GCS emulator (gcp-storage-emulator, pip) on 127.0.0.1 with bucket ``bkt``; STORAGE_EMULATOR_HOST meanwhile."""
     pytest.importorskip("gcp_storage_emulator", reason="the gs:// test needs gcp-storage-emulator (pip install -e '.[dev]')")
-    import socket
-    import time
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port",
                              str(port), "--in-memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     mp = pytest.MonkeyPatch()
     try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                assert time.time() < deadline, "the GCS emulator did not start"
-                time.sleep(0.1)
+        wait_for_port(port)
         mp.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
         objstore.reset()
         objstore._filesystem("gs").create_dir("bkt")
@@ -276,7 +264,7 @@ def test_gs_datasets_read_the_same_batches_through_a_gcs_emulator(gcs, coded, tm
     assert all((a["views"] == b["views"]).all() for a, b in zip(batches, ref))
     read = objstore.STATS["bytes"] - before["bytes"]
     assert read >= sum(b["bytes"] for b in batches) > 0
-    info = moquad("info", "gs://bkt/coded")
+    info = moquad("info", "gs://bkt/coded", "--out", tmp_path / "info.png")  # not ./info.png
     assert "gs://bkt/coded" in info.stdout and str(len(store.Split(local))) in info.stdout
 
 
