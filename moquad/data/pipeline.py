@@ -110,7 +110,7 @@ class EpochBatches(Dataset):
         rows = [int(i) for i in self.plan.batch(j, self.rank)]
         picks = self._donor_picks(j)
         self._start_reads(j, rows, picks)
-        pool = donor_pool(split, picks, cell_size(cfg)) if needs_donors(cfg, self.mode) else None
+        pool = donor_pool(split, picks, cell_size(cfg)) if picks else None  # picks: only when the views need donors
         spares = self.plan.spares(j, self.rank)
         bad: list[dict[str, str]] = []
         drawn = [self._draw(i, j, pool, spares, bad) for i in rows]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -196,7 +195,6 @@ class Split:
         table = read_manifest(data_dir, split)
         self.data_dir, self.split = data_dir if objstore.is_url(data_dir) else Path(data_dir), split
         self._prefetched: dict[int | tuple[int, int], Future] = {}  # reads in flight (stores; prefetch)
-        self._owner = os.getpid()  # the process whose threads run them
         self.video_id = np.asarray(table.column("video_id").to_pylist(), dtype=object)
         self.label = table.column("label").to_numpy().astype(np.int64)
         self.class_name = table.column("class_name").to_pylist()
@@ -262,7 +260,7 @@ class Split:
         if not objstore.is_url(self.data_dir):
             return  # a local pread is fast: read when used
         wanted = dict.fromkeys([*(int(i) for i in rows), *((int(i), int(f)) for i, f in frames)])
-        held = self._inflight()
+        held = self._prefetched  # (objstore lets these finish before a fork: a forked worker inherits results)
         for k in [k for k in held if k not in wanted]:
             held.pop(k).cancel()
         new = [k for k in wanted if k not in held]
@@ -270,20 +268,13 @@ class Split:
                                  read_bytes(self.shard_path(k), int(self.offset[k]), int(self.size[k])), new)
         held.update(zip(new, futures))
 
-    def _inflight(self) -> dict[int | tuple[int, int], Future]:
-        """The reads THIS process started: a forked DataLoader worker inherits its parent's dict but not the
-        threads behind it, so it starts afresh."""
-        if self._owner != os.getpid():
-            self._prefetched, self._owner = {}, os.getpid()
-        return self._prefetched
-
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_prefetched": {}}  # reads in flight stay with the process that started them
 
     def payload(self, i: int, verify: bool = True) -> bytes:
         """Video ``i``'s concatenated JPEGs: one read (or what :meth:`prefetch` started), xxh3-checked unless
         ``verify=False``."""
-        got = self._inflight().pop(int(i), None)
+        got = self._prefetched.pop(int(i), None)
         data = got.result() if got is not None else \
             read_bytes(self.shard_path(i), int(self.offset[i]), int(self.size[i]))
         if isinstance(data, Exception):
@@ -304,8 +295,7 @@ class Split:
             return self.frame_bytes(*p)
         if not objstore.is_url(self.data_dir):
             return [objstore.concurrently(read, [p])[0] for p in picks]
-        held = self._inflight()
-        started = [held.pop((int(i), int(f)), None) for i, f in picks]
+        started = [self._prefetched.pop((int(i), int(f)), None) for i, f in picks]
         rest = iter(objstore.concurrently(read, [p for p, got in zip(picks, started) if got is None]))
         return [got.result() if got is not None else next(rest) for got in started]
 
