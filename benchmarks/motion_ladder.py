@@ -48,6 +48,16 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
 }
 
 
+# family -> (``moquad synth --kind``, its other arguments). "directions-still": the same videos as "directions"
+# for a seed, with a still camera (``--camera-drift 0``): what the class-free camera drift costs each method.
+FAMILIES: dict[str, tuple[str, dict]] = {
+    "types": ("types", {}),
+    "directions": ("directions", {}),
+    "camera": ("camera", {}),
+    "directions-still": ("directions", {"camera_drift": 0.0}),
+}
+
+
 def family_data(out: Path, family: str, seed: int, source: str | None) -> Path:
     """Shards of one family and seed (made once)."""
     from moquad.preprocess.run import preprocess
@@ -56,8 +66,9 @@ def family_data(out: Path, family: str, seed: int, source: str | None) -> Path:
 
     raw, shards = out / "data" / family / f"seed{seed}" / "raw", out / "data" / family / f"seed{seed}" / "shards"
     if not (raw / "ucfTrainTestlist" / "testlist01.txt").is_file():
-        extra = {"source": source} if family == "camera" else {}
-        make_synth(raw, classes=4, per_class=100, seed=seed, kind=family, **SYNTH, **extra)
+        kind, extra = FAMILIES[family]
+        extra = {**extra, "source": source} if kind == "camera" else extra
+        make_synth(raw, classes=4, per_class=100, seed=seed, kind=kind, **SYNTH, **extra)
     if not (shards / "dataset.json").is_file():
         preprocess(C.update(C.PreprocessConfig(), dict(dataset="ucf101", root=str(raw), out=str(shards),
                                                        short_side=SYNTH["size"], workers=2, seed=seed)))
@@ -222,7 +233,7 @@ def plot(rows: list[dict], path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/ladder")
-    ap.add_argument("--families", nargs="+", default=["types", "directions"])
+    ap.add_argument("--families", nargs="+", default=["types", "directions"], choices=list(FAMILIES))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--variants", nargs="+", default=["random", "base", "paper"],
                     help=f"supervised, {', '.join(VARIANTS)}")

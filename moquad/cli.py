@@ -49,6 +49,7 @@ app.callback(epilog="Example: moquad --debug pretrain --data D  (or: MOQUAD_DEBU
              "moquad synth data/dirs --kind directions --classes 4  (Up, Down, ZoomIn, ZoomOut: well posed with flips on)  |  "
              "moquad synth data/dirs8 --kind directions --classes 8  (adds Left/Right, Clockwise/CounterClockwise: "
              "pre-train with --set loader.flip=shared or none)  |  "
+             "moquad synth data/still --kind directions --camera-drift 0  (the same videos, camera still)  |  "
              "moquad synth data/cam --kind camera --source ../shared/data/real-videos --per-class 100 --size 48")
 @_friendly
 def synth(
@@ -68,10 +69,13 @@ def synth(
     objects: int = typer.Option(_default_of(make_synth, "objects"), help="Moving objects per video (all with the "
                                 "class's motion)."),
     seed: int = typer.Option(_default_of(make_synth, "seed"), help="Random seed."),
+    camera_drift: float = typer.Option(_default_of(make_synth, "camera_drift"), help="--kind directions: the largest "
+                                       "class-free camera drift, pixels per frame at 64 px (0: a still camera; the "
+                                       "videos are otherwise the same for a seed)."),
 ) -> None:
     """Generate a synthetic motion dataset (classes differ ONLY by motion) in UCF101's layout."""
     root = make_synth(out, classes=classes, per_class=per_class, size=size, frames=frames, seed=seed,
-                      objects=objects, kind=kind, source=source)
+                      objects=objects, kind=kind, source=source, camera_drift=camera_drift)
     typer.echo(f"wrote {classes * per_class} videos to {root} (UCF101 layout; preprocess with `moquad preprocess ucf101 {root} --out DIR`)")
 
 

@@ -56,6 +56,7 @@ a training video.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,7 +91,7 @@ ZOOM_SCALE = (0.6, 1.6)  # object scale range; log-uniform in every frame of eve
 # zooming moves an object's edge at this fraction of the video's speed: at full speed the scale range
 # would wrap every 6-10 frames; at 0.2 it wraps every 29-52 frames, about once per 48-frame demo video
 ZOOM_EDGE_SPEED = 0.2
-CAMERA_SPEED = 1.5  # largest camera drift in pixels per frame at 64 px (objects: 1.2 to 1.6)
+CAMERA_SPEED = 1.5  # default largest camera drift in pixels per frame at 64 px (objects: 1.2 to 1.6)
 
 
 def _texture(rng: np.random.Generator, size: int, smooth: int) -> Image.Image:
@@ -240,10 +241,11 @@ def _direction_pose(name: str, o: dict, speed: float, t: int) -> tuple[float, fl
 
 
 def _render_directions(name: str, background: Image.Image, rng: np.random.Generator, size: int, frames: int,
-                       objects: int) -> np.ndarray:
-    """Frames (T, H, W, 3) uint8 of one directions video: the class's motion plus a class-free camera drift."""
+                       objects: int, camera_drift: float = CAMERA_SPEED) -> np.ndarray:
+    """Frames (T, H, W, 3) uint8 of one directions video: the class's motion plus a class-free camera drift of up
+    to ``camera_drift`` pixels per frame at 64 px (0: a still camera; the videos are otherwise the same)."""
     speed = rng.uniform(1.2, 1.6) * size / 64
-    drift, heading = rng.uniform(0, CAMERA_SPEED) * size / 64, rng.uniform(0, 2 * math.pi)
+    drift, heading = rng.uniform(0, camera_drift) * size / 64, rng.uniform(0, 2 * math.pi)
     camera, camera_step = rng.uniform(0, size, 2), drift * np.array([math.sin(heading), math.cos(heading)])
     ground = float(np.asarray(background).mean())
     objs = [_direction_object(name, rng, size, ground) for _ in range(objects)]
@@ -280,10 +282,15 @@ def _write_avi(path: Path, frames: np.ndarray) -> None:
     tmp.replace(path)
 
 
-def _check(kind: str, classes: int, per_class: int, objects: int, size: int, frames: int) -> tuple[str, ...]:
+def _check(kind: str, classes: int, per_class: int, objects: int, size: int, frames: int,
+           camera_drift: float = CAMERA_SPEED) -> tuple[str, ...]:
     """The family's class names, after checking the arguments (each error names the flag)."""
     if kind not in KINDS:
         raise ValueError(f"--kind must be one of {', '.join(KINDS)} (got {kind!r})")
+    if camera_drift != CAMERA_SPEED and kind != "directions":
+        raise ValueError(f"--camera-drift applies to --kind directions only (got --kind {kind})")
+    if not 0 <= camera_drift <= 8:
+        raise ValueError(f"--camera-drift must be between 0 and 8 pixels per frame (got {camera_drift})")
     all_names = {"types": MOTIONS, "directions": DIRECTIONS, "camera": CAMERA}[kind]
     if not 1 <= classes <= len(all_names):
         raise ValueError(f"--classes must be between 1 and {len(all_names)} for --kind {kind} (got {classes})")
@@ -303,13 +310,15 @@ def _test_groups(per_class: int) -> int:
 
 
 def synth_videos(classes: int = 4, per_class: int = 8, size: int = 64, frames: int = 48, seed: int = 0,
-                 objects: int = 3, kind: str = "types") -> Iterator[tuple[str, int, bool, np.ndarray]]:
+                 objects: int = 3, kind: str = "types", camera_drift: float = CAMERA_SPEED,
+                 ) -> Iterator[tuple[str, int, bool, np.ndarray]]:
     """The generated videos of :func:`make_synth`, in memory: ``(UCF101-style relative path, label 1.., test?,
     frames)`` (the ``camera`` family needs real footage: :func:`moquad.synth_camera.camera_videos`)."""
-    names = _check(kind, classes, per_class, objects, size, frames)
+    names = _check(kind, classes, per_class, objects, size, frames, camera_drift)
     if kind == "camera":
         raise ValueError("--kind camera cuts videos from real footage: use make_synth(..., source=DIR)")
-    scene, render = (_background, _render) if kind == "types" else (_natural_background, _render_directions)
+    scene, render = (_background, _render) if kind == "types" else \
+        (_natural_background, functools.partial(_render_directions, camera_drift=camera_drift))
     n_test_groups = _test_groups(per_class)
     rng = np.random.default_rng(seed)
     for label, name in enumerate(names, start=1):
@@ -324,24 +333,25 @@ def synth_videos(classes: int = 4, per_class: int = 8, size: int = 64, frames: i
 
 def make_synth(
     out: str | Path, classes: int = 4, per_class: int = 8, size: int = 64, frames: int = 48, seed: int = 0,
-    objects: int = 3, kind: str = "types", source: str | Path | None = None,
+    objects: int = 3, kind: str = "types", source: str | Path | None = None, camera_drift: float = CAMERA_SPEED,
 ) -> Path:
     """Write the dataset under ``out`` and return ``out``.
 
     The first ``classes`` classes of family ``kind`` (``MOTIONS``: 1..5, ``DIRECTIONS``: 1..8, ``CAMERA``: 1..6;
     see the module docstrings for which are well posed under flips) with ``per_class`` videos each, ``size`` x
     ``size`` pixels, ``frames`` frames at 25 fps, ``objects`` objects per generated video (all with the video's
-    motion, each with its own texture, shape and position); ``camera`` cuts them from the videos in ``source``
+    motion, each with its own texture, shape and position); ``camera_drift``: the ``directions`` family's largest
+    camera drift in pixels per frame at 64 px (0: a still camera); ``camera`` cuts them from the videos in ``source``
     and lists each video's source in ``OUT/sources.csv``. Deterministic for a given seed (and source folder).
     """
     out = Path(out)
-    names = _check(kind, classes, per_class, objects, size, frames)
+    names = _check(kind, classes, per_class, objects, size, frames, camera_drift)
     if kind == "camera":
         if source is None:
             raise ValueError("--kind camera needs --source DIR, a folder of real videos to cut the pans and zooms from")
         videos = camera_videos(source, classes, per_class, size, frames, seed, CLIPS_PER_GROUP, _test_groups(per_class))
     else:
-        videos = (v + ("",) for v in synth_videos(classes, per_class, size, frames, seed, objects, kind))
+        videos = (v + ("",) for v in synth_videos(classes, per_class, size, frames, seed, objects, kind, camera_drift))
     train, test, sources = [], [], []
     for rel, label, is_test, video, src in videos:
         _write_avi(out / "UCF-101" / rel, video)

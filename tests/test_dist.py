@@ -4,21 +4,15 @@ global batch; the training loop under the group."""
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from s3server import free_port
 
 from moquad import dist
 
 NAMES = ("anchor", "ad_pos", "intra_neg", "ad_intra_neg")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _model():
@@ -86,7 +80,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
 def test_two_process_gloo_matches_single_process(tmp_path, monkeypatch):
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
-    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
 
     for rank in range(2):
         g = torch.load(tmp_path / f"gather{rank}.pt")
@@ -136,7 +130,7 @@ def test_two_process_pretrain_loop(tmp_path, monkeypatch):
     """The real loop under a gloo group: each rank reads its share, rank 0 alone logs and checkpoints."""
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
-    mp.spawn(_pretrain_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_pretrain_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     for rank in range(2):
         assert torch.load(tmp_path / f"seen{rank}.pt") == [(rank, 2, 2, 0), (rank, 2, 2, 1)]
     from moquad.train.checkpoint import load
@@ -194,7 +188,7 @@ def _preempt_worker(rank: int, world: int, port: int, out_dir: str) -> None:
 def test_two_ranks_stop_at_the_same_step_when_one_is_signalled(tmp_path, monkeypatch):
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
-    mp.spawn(_preempt_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_preempt_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     from moquad.train.checkpoint import load
 
     assert [torch.load(tmp_path / f"stop{r}.pt") for r in range(2)] == [{"step": 3, "code": 75}] * 2

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import lance
@@ -22,6 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import webdataset as wds
 from fixtures import make_checkpoint, write_dataset
+from s3server import free_port
 
 from moquad.config import ConfigError, EvalConfig
 from moquad.data.augment import normalize
@@ -139,12 +139,6 @@ def test_cache_reuse_and_invalidation(tiny, tmp_path):
     assert lance.dataset(str(path)).version >= version
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(rank: int, world: int, port: int, cfg: EvalConfig, result: str) -> None:
     """A torchrun-like process: only env vars; ``extract`` initialises the gloo group itself."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
@@ -163,7 +157,7 @@ def test_one_and_two_ranks_give_the_same_features(tiny, tmp_path):
     data, ckpt = tiny
     one = read_features(extract(eval_cfg(data, ckpt, tmp_path / "one"), "train"))
     cfg2 = eval_cfg(data, ckpt, tmp_path / "two")
-    mp.spawn(_worker, args=(2, _free_port(), cfg2, str(tmp_path / "done")), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, free_port(), cfg2, str(tmp_path / "done")), nprocs=2, join=True)
     assert (tmp_path / "done.0").read_text() == (tmp_path / "done.1").read_text()
     two = read_features(Path((tmp_path / "done.0").read_text()))
     assert two["video_id"] == one["video_id"] and len(two["video_id"]) == 9  # odd count: no drop_last

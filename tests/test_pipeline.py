@@ -4,7 +4,6 @@ workers), determinism, O(1) resume, reads by offset, bad samples, missing/stray 
 from __future__ import annotations
 
 import dataclasses
-import socket
 from collections import Counter
 
 import numpy as np
@@ -13,6 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from fixtures import coded_dataset, decode_code, write_dataset
+from s3server import free_port
 
 from moquad.config import LoaderConfig
 from moquad.data import store
@@ -195,7 +195,7 @@ def test_two_ranks_with_workers_over_three_epochs(data):
     """Real gloo group, 2 DataLoader workers per rank: the exact-epoch guarantees hold end to end."""
     with mp.Manager() as manager:
         out = manager.dict()
-        mp.spawn(_rank_main, args=(_free_port(), str(data), out), nprocs=2, join=True)
+        mp.spawn(_rank_main, args=(free_port(), str(data), out), nprocs=2, join=True)
         epochs = out["epochs"]
     union = set()
     for r0, r1 in epochs:
@@ -207,12 +207,6 @@ def test_two_ranks_with_workers_over_three_epochs(data):
         assert len(used) == len(set(used)) == 12  # exact coverage of the epoch
         union |= set(used)
     assert union == {f"v{i:02d}" for i in range(14)}  # union over 3 epochs: every video
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank_main(rank: int, port: int, data: str, out: dict) -> None:

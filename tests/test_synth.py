@@ -257,6 +257,30 @@ def test_directions_camera_pans_independently_of_the_class(monkeypatch, tmp_path
         assert len({tuple(np.sign(p)) for p in pans}) >= 3, (c, pans)  # in different directions
 
 
+def test_directions_still_camera_keeps_the_videos(monkeypatch, tmp_path):
+    """--camera-drift 0: no frame pair shifts (measured); each video is the default one with the camera's roll undone,
+    so the still family differs from the default only by the camera (the comparison of README "Evidence")."""
+    made = {}
+    monkeypatch.setattr(synth, "_write_avi", lambda path, frames: made.__setitem__(path.name, frames))
+    make_synth(tmp_path, classes=4, per_class=4, size=48, frames=10, seed=2, kind="directions", camera_drift=0)
+    still, made = made, {}
+    make_synth(tmp_path, classes=4, per_class=4, size=48, frames=10, seed=2, kind="directions")
+    moved = 0
+    for name, f in still.items():
+        grey = f.astype(np.float64).mean(-1)
+        assert all(_camera_shift(grey[t], grey[t + 1]) == (0, 0) for t in range(len(grey) - 1)), name
+        g = made[name].astype(np.float64).mean(-1)
+        shift = np.sum([_camera_shift(g[t], g[t + 1]) for t in range(len(g) - 1)], 0)
+        moved += bool(np.any(shift))
+        # undo the default video's pan at its last frame: it then equals the still one there
+        assert np.median(np.abs(np.roll(g[-1], tuple(-shift), axis=(0, 1)) - grey[-1])) < 2, name
+    assert moved >= len(still) // 2  # the default family does pan
+    with pytest.raises(ValueError, match="--camera-drift applies to --kind directions only"):
+        make_synth(tmp_path / "t", camera_drift=0)
+    with pytest.raises(ValueError, match="--camera-drift must be between 0 and 8"):
+        make_synth(tmp_path / "n", kind="directions", camera_drift=-1)
+
+
 def test_cli_kind(tmp_path):
     """`moquad synth --kind directions` writes the class set; a bad kind or class count is one error line."""
     def run(*args):
@@ -267,7 +291,8 @@ def test_cli_kind(tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert (tmp_path / "d" / "ucfTrainTestlist" / "classInd.txt").read_text().split()[1::2] == list(DIRECTIONS[:4])
     for args, needle in ([("--kind", "sideways"), "--kind must be one of types, directions"],
-                         [("--kind", "directions", "--classes", 9), "--classes must be between 1 and 8"]):
+                         [("--kind", "directions", "--classes", 9), "--classes must be between 1 and 8"],
+                         [("--camera-drift", 0), "--camera-drift applies to --kind directions only"]):
         bad = run(tmp_path / "bad", *args)
         assert bad.returncode == 2 and bad.stderr.startswith("error:") and needle in bad.stderr, bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()
