@@ -211,21 +211,23 @@ def plot(rows: list[dict], path: Path) -> None:
 
     families = sorted({r["family"] for r in rows})
     variants = [v for v in dict.fromkeys(["random", "supervised", *VARIANTS]) if any(r["variant"] == v for r in rows)]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
+    colours = plt.get_cmap("tab20").colors
     for ax, metric, title in zip(axes, ("knn_top1", "linear_top1"), ("weighted kNN top-1", "linear probe top-1")):
         width = 0.8 / len(variants)
         for j, var in enumerate(variants):
             means, stds = [], []
             for fam in families:
                 v = [100 * r[metric] for r in rows if (r["family"], r["variant"]) == (fam, var)]
-                means.append(statistics.mean(v) if v else 0.0)
+                means.append(statistics.mean(v) if v else float("nan"))  # not run: no bar
                 stds.append(statistics.stdev(v) if len(v) > 1 else 0.0)
-            ax.bar([i + j * width for i in range(len(families))], means, width, yerr=stds, label=var, capsize=2)
+            ax.bar([i + j * width for i in range(len(families))], means, width, yerr=stds, label=var, capsize=2,
+                   color=colours[j % len(colours)])
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(families))], families)
         ax.axhline(25, color="grey", lw=0.8, ls="--")
         ax.set_title(title + " (%; dashed: chance)")
-    axes[0].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=min(7, len(variants)), fontsize=8)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
