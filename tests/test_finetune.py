@@ -124,12 +124,13 @@ def _ddp_worker(rank, world, port, cfg, result):
 
 def test_finetune_on_two_ranks_predicts_every_video_once(tmp_path):
     import torch.multiprocessing as mp
-    from test_features import _free_port, eval_cfg, make_checkpoint, make_tiny_dataset
+    from s3server import free_port
+    from test_features import eval_cfg, make_checkpoint, make_tiny_dataset
 
     data = make_tiny_dataset(tmp_path / "data", {"train": 6, "test": 5}, frames=8)
     ckpt = make_checkpoint(tmp_path / "c.pt")
     cfg = eval_cfg(data, ckpt, tmp_path / "out", num_clips=1, finetune={"epochs": 1, "batch_size": 4})
-    mp.spawn(_ddp_worker, args=(2, _free_port(), cfg, tmp_path), nprocs=2, join=True)
+    mp.spawn(_ddp_worker, args=(2, free_port(), cfg, tmp_path), nprocs=2, join=True)
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0 == r1 and r0["ranks"] == 2  # both ranks report the same gathered result
     import pyarrow.parquet as pq
