@@ -48,13 +48,15 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
 }
 
 
-# family -> (``moquad synth --kind``, its other arguments). "directions-still": the same videos as "directions"
-# for a seed, with a still camera (``--camera-drift 0``): what the class-free camera drift costs each method.
+# family -> (``moquad synth --kind``, its other arguments). "directions-still" / "-slow": the same videos as
+# "directions" for a seed, with a still camera (``--camera-drift 0``) or one a third as fast (0.5 px per frame at
+# 64 px; the default 1.5 is the objects' speed): what the class-free camera drift costs each method.
 FAMILIES: dict[str, tuple[str, dict]] = {
     "types": ("types", {}),
     "directions": ("directions", {}),
     "camera": ("camera", {}),
     "directions-still": ("directions", {"camera_drift": 0.0}),
+    "directions-slow": ("directions", {"camera_drift": 0.5}),
 }
 
 
