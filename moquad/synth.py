@@ -241,7 +241,7 @@ def _direction_pose(name: str, o: dict, speed: float, t: int) -> tuple[float, fl
 
 
 def _render_directions(name: str, background: Image.Image, rng: np.random.Generator, size: int, frames: int,
-                       objects: int, camera_drift: float = CAMERA_SPEED) -> np.ndarray:
+                       objects: int, camera_drift: float) -> np.ndarray:
     """Frames (T, H, W, 3) uint8 of one directions video: the class's motion plus a class-free camera drift of up
     to ``camera_drift`` pixels per frame at 64 px (0: a still camera; the videos are otherwise the same)."""
     speed = rng.uniform(1.2, 1.6) * size / 64
@@ -283,7 +283,7 @@ def _write_avi(path: Path, frames: np.ndarray) -> None:
 
 
 def _check(kind: str, classes: int, per_class: int, objects: int, size: int, frames: int,
-           camera_drift: float = CAMERA_SPEED) -> tuple[str, ...]:
+           camera_drift: float) -> tuple[str, ...]:
     """The family's class names, after checking the arguments (each error names the flag)."""
     if kind not in KINDS:
         raise ValueError(f"--kind must be one of {', '.join(KINDS)} (got {kind!r})")
