@@ -94,7 +94,12 @@ def protocol_command(name: str, epilog: str, checkpoint_help: str = "Checkpoint 
             flags = {k: kw.pop(k.replace(".", "__")) for k in keys}
             cfg = build_config(name, kw.pop("data"), kw.pop("checkpoint"), kw.pop("recipe"), kw.pop("sets"), flags)
             if not _printed(cfg, kw.pop("print_config")):
-                body(cfg, **kw)
+                try:
+                    body(cfg, **kw)
+                finally:  # under torchrun: the gloo / NCCL group ends before the interpreter does
+                    from moquad import dist
+
+                    dist.cleanup()
 
         params = [*_common(checkpoint_help), *map(_flag, keys),
                   *(p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own),

@@ -8,6 +8,7 @@ rank that produced each slice: contrastive losses need every rank's projections 
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -68,9 +69,15 @@ def init(device: str = "auto") -> DistInfo:
 
 
 def cleanup() -> None:
-    """Destroy the process group if one is running."""
+    """Destroy the process group if one is running, and free it now.
+
+    A group left to the interpreter's teardown can end the process with SIGABRT (gloo's worker threads
+    release Python objects after the interpreter is gone; pytorch/pytorch#179291), so every command that
+    may start one calls this on its way out, on success or error (no collective here: a peer may be gone).
+    """
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+        gc.collect()
 
 
 def is_dist() -> bool:

@@ -23,6 +23,7 @@ import webdataset as wds
 from fixtures import make_checkpoint, write_dataset
 from s3server import free_port
 
+from moquad import dist as moquad_dist
 from moquad.config import ConfigError, EvalConfig
 from moquad.data.augment import normalize
 from moquad.data.clip_frames import uniform_clips
@@ -149,8 +150,7 @@ def _worker(rank: int, world: int, port: int, cfg: EvalConfig, result: str) -> N
         assert dist.is_initialized() and dist.get_world_size() == world
         Path(f"{result}.{rank}").write_text(str(path))
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        moquad_dist.cleanup()  # what the CLI does on its way out
 
 
 def test_one_and_two_ranks_give_the_same_features(tiny, tmp_path):

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from moquad import config as C
+from moquad import dist as moquad_dist
 from moquad.config import ConfigError, EvalConfig
 from moquad.data.augment import normalize
 from moquad.data.clip_frames import uniform_clips
@@ -108,8 +109,6 @@ def test_supervised_bound_at_demo_settings_beats_chance(tmp_path):
 def _ddp_worker(rank, world, port, cfg, result):
     import os
 
-    import torch.distributed as dist
-
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(world))
     torch.set_num_threads(1)
@@ -118,8 +117,7 @@ def _ddp_worker(rank, world, port, cfg, result):
         (result / f"rank{rank}.json").write_text(json.dumps({"top1": res["top1"], "ranks": res["protocol"]["ranks"],
                                                               "preds": res["predictions"]}))
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        moquad_dist.cleanup()  # what the CLI does on its way out
 
 
 def test_finetune_on_two_ranks_predicts_every_video_once(tmp_path):
