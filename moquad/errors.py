@@ -66,6 +66,8 @@ def user_message(e: BaseException) -> str | None:
         return f"{e.strerror or e}; free space or choose another folder, then re-run the same command"
     if isinstance(e, USER_ERRORS):
         text = str(e).strip()
+        if text.startswith("Caught ") and "Original Traceback" in text:  # re-raised by a DataLoader from a worker
+            return text.splitlines()[-1].split(": ", 1)[-1]  # the worker's own last line, without its type
         return text.splitlines()[0] if text else type(e).__name__
     return None
 

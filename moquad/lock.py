@@ -46,7 +46,7 @@ def hold(folder: str | Path, command: str, part: int | None = None) -> Iterator[
     """Hold the writer lock of ``folder`` for ``moquad COMMAND`` (refuse with a MoquadError if it is held)."""
     folder = Path(folder).expanduser()
     path = folder / lock_name(command, part)
-    created = not folder.exists()
+    created, new_file = not folder.exists(), not path.exists()
     with disk_errors(path):
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -58,6 +58,14 @@ def hold(folder: str | Path, command: str, part: int | None = None) -> Iterator[
             what = f"`moquad {command}`" + (f" part {part}" if part is not None else "")
             raise MoquadError(f"{folder} is being written by another {what} ({_holder(path)}); wait for it to "
                               "finish or choose another --out") from None
+        except OSError as e:  # ENOSYS: Lustre without -o flock; ENOLCK: NFSv3 without its lock daemon (statd)
+            if created:
+                _tidy(folder, path)
+            elif new_file:
+                path.unlink(missing_ok=True)
+            raise MoquadError(f"cannot lock {folder}: its filesystem does not support file locks ({e.strerror or e}); "
+                              "mount it with locking (Lustre: -o flock; NFSv3: run rpc.statd) or choose an --out "
+                              "on a filesystem that has them") from None
         held = True
         info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "since": time.time()}
         os.ftruncate(fd, 0)

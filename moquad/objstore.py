@@ -7,13 +7,18 @@ already a dependency, and its S3/GCS clients read credentials from the standard 
 ``~/.aws``, instance roles; ``AWS_ENDPOINT_URL`` points at another S3-API server). http(s) is read-only
 through urllib. Nothing here logs or stores a credential.
 
-Failures a retry can cure (throttling, 5xx, timeouts, dropped connections) are retried with exponential
-backoff and jitter; each retry is logged and counted in :data:`STATS`. What stays unreadable raises
-:class:`OSError` for the caller (the loader's bad-sample path).
+Failures a retry can cure (throttling, 5xx, timeouts, dropped connections, a body cut short: :class:`ShortBody`)
+are retried with exponential backoff and jitter; each retry is logged and counted in :data:`STATS`. What stays
+unreadable raises :class:`OSError` for the caller (the loader's bad-sample path). A server that answers a ranged
+GET with the whole object (200, not 206) is a configuration error for the whole run (:class:`MoquadError`): every
+sample would download its whole shard. An upload goes to a temporary key and is moved to its name only once
+whole, so an interrupted upload never leaves a truncated object under the final name.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import logging
 import os
 import random
@@ -21,12 +26,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
+
+from moquad.errors import MoquadError
 
 log = logging.getLogger("moquad.objstore")
 Location = str | Path
@@ -39,6 +47,10 @@ _NOT_RETRIED = ("ACCESS_DENIED", "AccessDenied", "NO_SUCH_BUCKET", "InvalidAcces
                "past end of file")
 _lock = threading.Lock()
 _cache: dict[Any, Any] = {}  # (pid, kind, key) -> filesystem / open file; rebuilt after fork
+
+
+class ShortBody(ConnectionError):
+    """A response body that ended before its length (a dropped connection mid-body): retried like one."""
 
 
 def is_url(loc: Location) -> bool:
@@ -148,7 +160,25 @@ def _http(url: str, offset: int | None = None, size: int | None = None, method: 
     req = urllib.request.Request(url, method=method)
     if offset is not None and size is not None:
         req.add_header("Range", f"bytes={offset}-{offset + size - 1}")
-    return urllib.request.urlopen(req, timeout=60)  # noqa: S310 - the user's own dataset URL
+    try:
+        return urllib.request.urlopen(req, timeout=60)  # noqa: S310 - the user's own dataset URL
+    except urllib.error.HTTPError as e:
+        if e.code in (401, 403):
+            raise MoquadError(f"access denied (HTTP {e.code}) for {url}; check the URL and that the server lets "
+                              "you read it") from None
+        raise
+
+
+def _body(r: Any, url: str, want: int | None = None) -> bytes:
+    """The whole body of response ``r``: its declared length (or ``want`` bytes), else :class:`ShortBody`."""
+    try:
+        data = r.read()
+    except http.client.IncompleteRead as e:  # not an OSError: it would escape the retries and the bad-sample path
+        raise ShortBody(f"{url}: the response ended after {len(e.partial)} bytes, "
+                        f"{e.expected} more were expected") from None
+    if want is not None and len(data) != want:
+        raise ShortBody(f"{url}: {len(data)} bytes in the response, {want} asked for")
+    return data
 
 
 def read_range(loc: Location, offset: int, size: int) -> bytes:
@@ -163,8 +193,11 @@ def read_range(loc: Location, offset: int, size: int) -> bytes:
     def get() -> bytes:
         if urlsplit(url).scheme in ("http", "https"):
             with _http(url, offset, size) as r:
-                data = r.read()
-            return data[offset : offset + size] if r.status == 200 else data  # a server ignoring Range
+                if r.status != 206:
+                    raise MoquadError(f"{url} answered a ranged GET with HTTP {r.status} and the whole object, not "
+                                      "206 and the range: every sample would download its whole shard; serve the "
+                                      "dataset with a server that honours Range (nginx, any object store)")
+                return _body(r, url, size)
         fs, path = _split(url)
         f = _cached(("file", url), lambda: fs.open_input_file(path))  # its HEAD happens once per process
         return f.read_at(size, offset)
@@ -205,7 +238,7 @@ def read_all(loc: Location) -> bytes:
         if urlsplit(url).scheme in ("http", "https"):
             try:
                 with _http(url) as r:
-                    return r.read()
+                    return _body(r, url)
             except urllib.error.HTTPError as e:
                 if e.code == 404:
                     raise FileNotFoundError(url) from None
@@ -230,8 +263,10 @@ def size(loc: Location) -> int | None:
         try:
             with with_retries(f"head {url}", lambda: _http(url, method="HEAD")) as r:
                 return int(r.headers.get("Content-Length", 0))
-        except (FileNotFoundError, urllib.error.HTTPError):
-            return None
+        except urllib.error.HTTPError as e:
+            if e.code in (404, 410):
+                return None
+            raise  # a 5xx that stayed after the retries is not a missing file
     import pyarrow.fs as pafs
 
     fs, path = _split(url)
@@ -256,17 +291,28 @@ def listdir(loc: Location) -> dict[str, int]:
 
 
 def upload(local: Path, url: str) -> None:
-    """Copy a finished local file to ``url`` (an object appears whole or not at all)."""
+    """Copy a finished local file to ``url``: whole or not at all under that name.
+
+    pyarrow's stream completes a multipart upload when it is closed, even by an exception, so the bytes go to a
+    temporary key, which is moved to ``url`` only after the last byte (and deleted on any failure).
+    """
     scheme = urlsplit(url).scheme
     if scheme in ("http", "https"):
         raise OSError(f"{url}: http(s) is read-only; write to s3:// or gs://")
     fs, path = _split(url)
+    temp = f"{path}.partial-{uuid.uuid4().hex[:12]}"
 
     def put() -> None:
-        with open(local, "rb") as src, fs.open_output_stream(path) as dst:
+        with open(local, "rb") as src, fs.open_output_stream(temp) as dst:
             while chunk := src.read(1 << 24):
                 dst.write(chunk)
-    with_retries(f"upload {url}", put)
+        fs.move(temp, path)
+    try:
+        with_retries(f"upload {url}", put)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            fs.delete_file(temp)
+        raise
 
 
 def download(url: str, local: Path) -> None:

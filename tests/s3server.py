@@ -8,7 +8,9 @@ range for good. It counts the sample reads (ranged GETs of shards) and their byt
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
+import io
 import os
 import socket
 import subprocess
@@ -16,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 SECRET = "moquad-test-secret-Zq8"  # must never show up in a run folder
 
@@ -168,3 +170,50 @@ def s3_server(bucket: str = "bkt") -> Iterator[FaultProxy]:
         proxy.shutdown()
         proc.terminate()
         proc.wait(10)
+
+
+class _FileHandler(SimpleHTTPRequestHandler):
+    """A static file server that honours a single ``Range`` (206), unlike Python's own, with faults to order:
+    ``server.mode`` "ignore-range" (200 and the whole file, as a server without Range support answers),
+    "forbid" (403 to everything); ``server.truncate`` = n: the next n ranged replies stop at half their body."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def send_head(self):  # noqa: ANN201 - http.server's own signature
+        srv, rng = self.server, self.headers.get("Range")
+        if srv.mode == "forbid":
+            self.send_error(403)
+            return None
+        if rng is None or srv.mode == "ignore-range" or not os.path.isfile(self.translate_path(self.path)):
+            return super().send_head()
+        with open(self.translate_path(self.path), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            first, last = (int(x) for x in rng.removeprefix("bytes=").split("-"))
+            last = min(last, size - 1)
+            f.seek(first)
+            data = f.read(last - first + 1)
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        with srv.lock:
+            cut, srv.truncate = srv.truncate > 0, max(0, srv.truncate - 1)
+        if cut:
+            self.close_connection = True
+            data = data[: len(data) // 2]
+        return io.BytesIO(data)
+
+
+@contextlib.contextmanager
+def http_server(directory: str | os.PathLike) -> Iterator[ThreadingHTTPServer]:
+    """``directory`` served over http:// on 127.0.0.1 by :class:`_FileHandler`; ``srv.url`` is its root."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_FileHandler, directory=str(directory)))
+    srv.daemon_threads = True
+    srv.mode, srv.truncate, srv.lock = "ok", 0, threading.Lock()
+    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()

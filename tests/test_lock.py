@@ -3,6 +3,7 @@ with one line; a holder that dies (kill -9) leaves no lock behind."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -86,3 +87,22 @@ def test_a_folder_the_lock_created_goes_when_nothing_was_written(tmp_path):
     with hold(tmp_path / "kept", "pretrain"):
         (tmp_path / "kept" / "config.yaml").write_text("x")
     assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == [".moquad-pretrain.lock", "config.yaml"]
+
+
+@pytest.mark.parametrize("code, words", [(errno.ENOSYS, "Function not implemented"), (errno.ENOLCK, "No locks")])
+def test_a_filesystem_without_flock_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, code, words):
+    """Lustre without -o flock (ENOSYS), NFSv3 without statd (ENOLCK): a traceback and a leftover lock folder before."""
+    def no_flock(fd, op):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr("moquad.lock.fcntl.flock", no_flock)
+    for out, existed in ((tmp_path / "new", False), (tmp_path / "old", True)):
+        if existed:
+            out.mkdir()
+            (out / "config.yaml").write_text("x")
+        with pytest.raises(MoquadError) as e:
+            with hold(out, "pretrain"):
+                pytest.fail("the block must not run without the lock")
+        assert str(e.value).startswith(f"cannot lock {out}: its filesystem does not support file locks ({words}")
+        assert "-o flock" in str(e.value)
+        assert (sorted(p.name for p in out.iterdir()) == ["config.yaml"]) if existed else not out.exists()

@@ -15,12 +15,13 @@ import pytest
 pytest.importorskip("moto", reason="the S3 tests need moto[server] (pip install -e '.[dev]')")
 
 from fixtures import coded_dataset  # noqa: E402
-from s3server import SECRET, free_port, s3_server, wait_for_port  # noqa: E402
+from s3server import SECRET, free_port, http_server, s3_server, wait_for_port  # noqa: E402
 
 from moquad import objstore  # noqa: E402
 from moquad.config import LoaderConfig  # noqa: E402
 from moquad.data import store  # noqa: E402
 from moquad.data.pipeline import make_loader  # noqa: E402
+from moquad.errors import MoquadError  # noqa: E402
 
 CFG = LoaderConfig(frames=4, size=16, dilations=(1, 2), workers=0, seed=3, appearance_op="none")
 
@@ -281,21 +282,96 @@ def test_object_store_paths_join_and_local_paths_stay_paths(tmp_path):
 
 
 def test_http_datasets_are_read_only_and_read_the_same_bytes(coded):
-    """https:// (read-only): a plain static file server holding the dataset folder."""
-    import functools
-    import http.server
-    import threading
-
+    """http(s):// (read-only): a static file server holding the dataset folder, one ranged GET per sample."""
     local, _ = coded
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(local.parent))
-    handler.log_message = lambda *a: None
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{srv.server_address[1]}/{local.name}"
+    with http_server(local.parent) as srv:
+        url = f"{srv.url}/{local.name}"
         remote, ref = store.Split(url), store.Split(local)
         remote.check_shards()
         assert [remote.payload(i) for i in range(len(ref))] == [ref.payload(i) for i in range(len(ref))]
         assert store.read_info(url) == store.read_info(local)
-    finally:
-        srv.shutdown()
+
+
+def test_a_truncated_http_body_is_retried_then_a_bad_sample(coded, monkeypatch):
+    """http.client's IncompleteRead is no OSError: it escaped the retries and the bad-sample path and crashed a run."""
+    local, _ = coded
+    ref = store.Split(local)
+    monkeypatch.setattr(objstore.time, "sleep", lambda s: None)
+    with http_server(local.parent) as srv:
+        remote = store.Split(f"{srv.url}/{local.name}")
+        srv.truncate = 2  # two replies cut at half their body, then whole ones
+        retries = objstore.STATS["retries"]
+        assert remote.payload(3) == ref.payload(3)
+        assert objstore.STATS["retries"] - retries == 2
+        srv.truncate = objstore.ATTEMPTS  # every try of one sample cut short
+        with pytest.raises(store.BadSample, match="unreadable after retries: .* the response ended after"):
+            remote.payload(5)
+        assert srv.truncate == 0 and remote.payload(5) == ref.payload(5)
+
+
+def test_a_server_that_ignores_range_is_one_error_line(coded):
+    """A 200 to a ranged GET would make every sample download its whole shard: the run stops with one line."""
+    local, _ = coded
+    with http_server(local.parent) as srv:
+        srv.mode = "ignore-range"
+        with pytest.raises(MoquadError, match="answered a ranged GET with HTTP 200"):
+            store.Split(f"{srv.url}/{local.name}").payload(0)
+        r = subprocess.run([sys.executable, "-m", "moquad.cli", "pretrain", "--data", f"{srv.url}/{local.name}",
+                            "--out", str(local.parent / "run-ignore-range"), "--backbone", "tiny", "--batch-size", "2",
+                            "--frames", "4", "--size", "16", "--workers", "2", "--device", "cpu", "--epochs", "1"],
+                           capture_output=True, text=True, timeout=300)
+        lines = [x for x in r.stderr.splitlines() if x.strip()]
+        assert r.returncode == 2 and len(lines) == 1, r.stderr  # raised in a loader worker, still one line
+        assert lines[0].startswith(f"error: {srv.url}/{local.name}/shards/") and "honours Range" in lines[0]
+
+
+def test_forbidden_is_not_missing(coded):
+    """A 403 on HEAD was reported as a missing shard; it is access denied."""
+    local, _ = coded
+    with http_server(local.parent) as srv:
+        split = store.Split(f"{srv.url}/{local.name}")
+        srv.mode = "forbid"
+        with pytest.raises(MoquadError, match=r"access denied \(HTTP 403\) for http://.*/shards/"):
+            split.check_shards()
+
+
+def test_an_interrupted_upload_leaves_no_object(s3, tmp_path, monkeypatch):
+    """pyarrow's stream completes the upload when an exception closes it: the bytes go to a temporary key first."""
+    src = tmp_path / "big.tar"
+    src.write_bytes(b"x" * (1 << 20))
+    real_open = open
+
+    class Interrupted:
+        def __init__(self, f):
+            self.f, self.reads = f, 0
+
+        def read(self, n):
+            self.reads += 1
+            if self.reads == 2:
+                raise KeyboardInterrupt
+            return self.f.read(n)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr(objstore, "open", lambda *a, **k: Interrupted(real_open(*a, **k)), raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        objstore.upload(src, "s3://bkt/interrupted/shards/train-000-000000.tar")
+    assert objstore.listdir("s3://bkt/interrupted/shards") == {}  # neither the final name nor the temporary one
+    monkeypatch.undo()
+    objstore.upload(src, "s3://bkt/interrupted/shards/train-000-000000.tar")
+    assert objstore.listdir("s3://bkt/interrupted/shards") == {"train-000-000000.tar": 1 << 20}
+
+
+def test_verify_of_a_missing_bucket_is_one_error_line(s3, tmp_path):
+    """It printed "1 problem(s)" and exited 1, where a missing local folder gives exit 2 and one line."""
+    for url in ("s3://no-such-bucket/ds", "s3://bkt/no-such-dataset"):
+        r = subprocess.run([sys.executable, "-m", "moquad.cli", "verify", url], capture_output=True, text=True,
+                           timeout=120)
+        lines = [x for x in r.stderr.splitlines() if x.strip()]
+        assert r.returncode == 2 and len(lines) == 1, r.stderr
+        assert lines[0] == (f"error: {url}/dataset.json not found; run `moquad preprocess ... --out {url}` first "
+                            "(or `--merge` when the parts ran separately)")

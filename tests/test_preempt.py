@@ -82,7 +82,7 @@ def test_a_signal_after_the_last_step_ends_normally(tmp_path):
 
 
 def test_workers_ignore_the_preemption_signals():
-    code = ("import os, signal, time\nfrom moquad.train.preempt import ignore_in_worker\nignore_in_worker(0)\n"
+    code = ("import os, signal, time\nfrom moquad.data.workers import ignore_preemption\nignore_preemption(0)\n"
             "os.kill(os.getpid(), signal.SIGUSR1)\nos.kill(os.getpid(), signal.SIGTERM)\nprint('alive')\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == "alive", res.stderr
@@ -144,3 +144,23 @@ def test_slurm_script_requeues_on_preemption_and_the_requeued_job_resumes(tmp_pa
     assert (tmp_path / "requeued").read_text() == "requeue 4242\n" * 2
     steps = [r["step"] for r in read_log(out / "log.jsonl")]
     assert steps == list(range(1, len(steps) + 1)) and load(out / "checkpoints" / "last.pt")["step"] > step1
+
+
+def test_a_rank_that_got_no_signal_says_so_without_a_nan_time():
+    """Only another rank got the signal: rank 0 printed "nan s after the signal"."""
+    preempt._received.clear()
+    e = preempt.preempted(12)
+    assert (e.signame, e.step, e.code) == ("a signal on another rank", 12, 75)
+    assert e.message("RUN/checkpoints/last.pt") == (
+        "preempted: a signal on another rank received, stopped after step 12 and wrote RUN/checkpoints/last.pt; "
+        "exit code 75 (requeue, then continue with --resume)")
+
+
+def test_rank_0_leaves_the_requeue_marker_only_when_asked(tmp_path, monkeypatch):
+    marker = tmp_path / "moquad-preempted-4242-0"
+    monkeypatch.delenv("MOQUAD_PREEMPTED", raising=False)
+    preempt.mark()
+    assert not marker.exists()
+    monkeypatch.setenv("MOQUAD_PREEMPTED", str(marker))
+    preempt.mark()
+    assert marker.is_file()

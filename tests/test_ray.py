@@ -14,6 +14,7 @@ from test_preprocess_layouts import make_ucf101  # noqa: E402
 from moquad import objstore  # noqa: E402
 from moquad.config import ENGINES, PreprocessConfig  # noqa: E402
 from moquad.data.store import read_errors, read_info, read_manifest  # noqa: E402
+from moquad.errors import MoquadError  # noqa: E402
 from moquad.preprocess import engines  # noqa: E402
 from moquad.preprocess.manifest import parts_dir, verify  # noqa: E402
 from moquad.preprocess.run import preprocess  # noqa: E402
@@ -99,3 +100,27 @@ def test_ray_engine_uploads_to_s3_with_the_same_bytes(ray_s3, raw, local_run):
     for tar in (local_run / "shards").glob("*.tar"):
         assert objstore.read_all(f"{url}/shards/{tar.name}") == tar.read_bytes()
     assert verify(url) == []
+
+
+def test_ray_engine_without_ray_writes_nothing(raw, tmp_path, monkeypatch):
+    """The missing-Ray error came after the output folder and the part's config were written."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    out = tmp_path / "never"
+    with pytest.raises(MoquadError, match=r"--engine ray needs Ray: pip install 'moquad\[ray\]'"):
+        preprocess(_cfg(raw, out, engine="ray"), quiet=True)
+    assert not out.exists()
+
+
+def test_shards_the_engine_wrote_where_this_node_cannot_see_are_an_error(raw, tmp_path, monkeypatch):
+    """Ray tasks on other nodes writing into an --out that is not shared: their records never arrive here."""
+    import moquad.preprocess.run as run
+
+    monkeypatch.setitem(run.ENGINES, "ray", lambda plans, *a: None)  # every task 'succeeded' somewhere else
+    out = tmp_path / "d"
+    with pytest.raises(MoquadError, match=r"^(\d+) of \1 planned shards have no record in .*/d/manifests/parts after "
+                                          r"the ray engine finished \(first: test-000-000000\).*every node mounts"):
+        preprocess(_cfg(raw, out, engine="ray"), quiet=True)
+    assert not (out / "dataset.json").exists()

@@ -39,7 +39,7 @@ from moquad.data.epoch_plan import EpochPlan, stream
 from moquad.data.store import BadSample, Split, decode_frames, decode_jpeg
 from moquad.data.views import ViewParams, cell_size, check_config, draw_views, needs_donors
 from moquad.errors import MoquadError
-from moquad.train.preempt import ignore_in_worker
+from moquad.data.workers import ignore_preemption
 
 _STACKED = ("frame_index", "box", "flip", "colour_ops", "colour_factors", "lam", "noise_frame")
 
@@ -312,4 +312,4 @@ def make_loader(
     workers = min(cfg.workers, total - start)
     return DataLoader(ds, batch_size=None, sampler=range(start, total), collate_fn=_passthrough,
                       num_workers=workers, pin_memory=pin_memory, persistent_workers=False,
-                      prefetch_factor=2 if workers > 0 else None, worker_init_fn=ignore_in_worker)
+                      prefetch_factor=2 if workers > 0 else None, worker_init_fn=ignore_preemption)

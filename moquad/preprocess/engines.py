@@ -177,6 +177,9 @@ def shard_task(target: str | None, sp: ShardPlan, remote: str | None, args: tupl
             shutil.rmtree(stage, ignore_errors=True)
 
 
+RAY_MISSING = "--engine ray needs Ray: pip install 'moquad[ray]' (or use --engine local)"
+
+
 def run_ray(plans: list[ShardPlan], stage: Path, remote: str | None, cfg: PreprocessConfig, args: tuple,
             label: str, quiet: bool) -> None:
     """One Ray task per shard (retried by Ray on failure), on the cluster at ``cfg.ray_address`` or a local Ray
@@ -184,7 +187,7 @@ def run_ray(plans: list[ShardPlan], stage: Path, remote: str | None, cfg: Prepro
     try:
         import ray
     except ImportError:
-        raise MoquadError("--engine ray needs Ray: pip install 'moquad[ray]' (or use --engine local)") from None
+        raise MoquadError(RAY_MISSING) from None
     if not ray.is_initialized():
         ray.init(address=cfg.ray_address, num_cpus=None if cfg.ray_address else cfg.workers,
                  include_dashboard=False, log_to_driver=False)

@@ -13,6 +13,7 @@ commit marker of the whole dataset).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -29,9 +30,10 @@ import pyarrow.compute as pc
 from moquad import __version__, lock, objstore
 from moquad.config import PreprocessConfig
 from moquad.data.store import SCHEMA_VERSION
+from moquad.errors import MoquadError
 from moquad.preprocess import manifest, resume, shardplan, splits
 from moquad.preprocess.datasets import Listing, Video, list_dataset
-from moquad.preprocess.engines import ENGINES
+from moquad.preprocess.engines import ENGINES, RAY_MISSING
 from moquad.preprocess.summary import count, part_summary, print_run, print_summary, shard_bytes
 
 
@@ -58,6 +60,8 @@ def _validate(cfg: PreprocessConfig) -> None:
         raise ValueError(f"--split-ratios is for folder datasets; {cfg.dataset} has official splits "
                          "(choose one with --split)")
     splits.check(tuple(cfg.split_ratios) if cfg.split_ratios is not None else None, cfg.group_by)
+    if cfg.engine == "ray" and importlib.util.find_spec("ray") is None:  # before anything is written
+        raise MoquadError(RAY_MISSING)
 
 
 def list_and_split(cfg: PreprocessConfig) -> tuple[Listing, dict[str, Any]]:
@@ -146,6 +150,7 @@ def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = F
                             f"{listing.name} part {cfg.part}/{cfg.num_parts}", quiet)
         if remote is not None:
             pull_parts(remote, out)  # Ray tasks wrote their records only there
+        _check_recorded(out, plans, cfg)
         names = set(split_record["videos"]) | {v.split for v in listing.videos + listing.missing}
         summary = part_summary(out, cfg.part, names, time.perf_counter() - t0, remote or out)
         manifest.write_json(summary, manifest.parts_dir(out) / f"done-{cfg.part:03d}.json")
@@ -155,6 +160,17 @@ def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = F
     if not quiet:
         print_run(summary, cfg, listing.name, summary["out"], split_record["method"])
     return summary
+
+
+def _check_recorded(out: Path, plans: list[shardplan.ShardPlan], cfg: PreprocessConfig) -> None:
+    """Every planned shard has its record (the commit) here: Ray tasks on other nodes that wrote into an --out
+    this node cannot see would otherwise lose their shards without a word."""
+    pdir = manifest.parts_dir(out)
+    lost = [sp.stem for sp in plans if not (pdir / f"{sp.stem}.parquet").is_file()]
+    if lost:
+        raise MoquadError(f"{len(lost)} of {len(plans)} planned shards have no record in {cfg.out}/manifests/parts "
+                          f"after the {cfg.engine} engine finished (first: {lost[0]}): the tasks wrote where this node "
+                          "cannot see; give --out a folder every node mounts, or an s3:// / gs:// URL, and re-run")
 
 
 def merge(out_dir: str | Path, *, quiet: bool = False) -> dict[str, Any]:

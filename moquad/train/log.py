@@ -1,7 +1,8 @@
 """Rank-0 run logging: one JSON line per step in ``RUN/log.jsonl`` and the same scalars in ``RUN/tb``.
 
 On resume the log is cut back to the checkpoint's step (steps a killed run did after its last
-checkpoint are redone), and TensorBoard purges them too, so curves have no duplicates.
+checkpoint are redone; the cut log replaces the old one atomically), and TensorBoard purges them too, so
+curves have no duplicates.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import json
 import math
 from pathlib import Path
 from typing import Any
+
+from moquad.io import atomic_write_text
 
 
 def read_log(path: str | Path) -> list[dict[str, Any]]:
@@ -36,8 +39,7 @@ class RunLogger:
         self.path = Path(run_dir) / "log.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         kept = [r for r in read_log(self.path) if r.get("step", -1) <= start_step] if start_step else []
-        with open(self.path, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in kept)
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))  # a crash here keeps the old log
         self._f = open(self.path, "a")
         self._tb = None
         if tensorboard:

@@ -41,6 +41,7 @@ from moquad import dist, lock
 from moquad.config import PretrainConfig, to_dict
 from moquad.config import save as save_config
 from moquad.data.pipeline import make_loader
+from moquad.data.workers import end_workers
 from moquad.errors import MoquadError
 from moquad.io import remove_stale_temps
 from moquad.models import build_model
@@ -142,7 +143,11 @@ def pretrain(cfg: PretrainConfig, *, keep_every_epochs: int = 0, tensorboard: bo
                         train_one_epoch(t, epoch, keep_every_epochs)
             except preempt.Preempted as e:
                 if info.rank == 0:
+                    preempt.mark()
                     print(e.message(str(t.ckpt_path)), file=sys.stderr, flush=True)
+                raise
+            except BaseException:  # a failure ends this rank now, its loader workers first (they ignore SIGTERM)
+                end_workers()
                 raise
             finally:
                 if t.logger is not None:

@@ -7,18 +7,21 @@ step's other numbers, so every rank stops after the same step at no extra cost. 
 checkpoint, all ranks wait for it (a barrier) and raise :class:`Preempted`: a ``SystemExit`` with code
 75 (``EX_TEMPFAIL`` of sysexits.h, "try again later"); ``train/slurm_pretrain.sbatch`` requeues the job
 on that code and the requeued job continues with ``--resume``. DataLoader workers ignore both signals
-(their rank stops them).
+(their rank stops them: :mod:`moquad.data.workers`).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+from moquad.data.workers import PREEMPTION_SIGNALS
+
 REQUEUE_EXIT = 75
 
 
@@ -30,8 +33,9 @@ class Preempted(SystemExit):
         self.step, self.signame, self.seconds = step, signame, seconds
 
     def message(self, ckpt: str) -> str:
-        return (f"preempted: {self.signame} received, stopped after step {self.step} and wrote {ckpt} "
-                f"{self.seconds:.2f} s after the signal; exit code {REQUEUE_EXIT} (requeue, then continue with --resume)")
+        when = "" if math.isnan(self.seconds) else f" {self.seconds:.2f} s after the signal"
+        return (f"preempted: {self.signame} received, stopped after step {self.step} and wrote {ckpt}{when}; "
+                f"exit code {REQUEUE_EXIT} (requeue, then continue with --resume)")
 
 
 _received: dict[str, float] = {}  # signal name -> time.monotonic() of its first arrival
@@ -48,7 +52,7 @@ def watch() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {s: signal.signal(s, _record) for s in SIGNALS}
+    old = {s: signal.signal(s, _record) for s in PREEMPTION_SIGNALS}
     try:
         yield
     finally:
@@ -67,7 +71,11 @@ def preempted(step: int) -> Preempted:
     return Preempted(step, name, time.monotonic() - at if at is not None else float("nan"))
 
 
-def ignore_in_worker(_worker_id: int) -> None:
-    """``worker_init_fn`` of the DataLoader: workers ignore the preemption signals (the rank stops them)."""
-    for s in SIGNALS:
-        signal.signal(s, signal.SIG_IGN)
+
+def mark() -> None:
+    """Touch ``$MOQUAD_PREEMPTED`` when set: ``train/slurm_pretrain.sbatch`` requeues on that file, not on srun's
+    exit code (with --kill-on-bad-exit=1, a rank killed while exiting 75 makes that code 137)."""
+    path = os.environ.get("MOQUAD_PREEMPTED")
+    if path:
+        with open(path, "a"):
+            pass
