@@ -25,6 +25,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_preprocess.py
 	$(BIN)/python benchmarks/bench_loader.py
 	$(BIN)/python benchmarks/bench_step.py
+	$(BIN)/python benchmarks/bench_scale.py
 
 clean:
 	rm -rf runs .pytest_cache

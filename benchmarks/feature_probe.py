@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from moquad import config as C
-from moquad import synth
+from moquad import settings, synth
 from moquad.data.augment import normalize
 from moquad.data.store import Split
 from moquad.eval.clips import eval_clips
@@ -297,7 +297,7 @@ def main() -> None:
     by_kind: dict[str, list[dict]] = defaultdict(list)
     everything = {}
     for run in args.runs:
-        cfg = C.resolve(C.EvalConfig(), find_recipe(args.recipe), {"data": str(run / "data" / "shards")})
+        cfg = settings.resolve(C.EvalConfig(), find_recipe(args.recipe), {"data": str(run / "data" / "shards")})
         splits = {s: Split(cfg.data, s) for s in ("train", "test")}
         cams = [camera_drift(run, splits[s]) for s in ("train", "test")]
         cam = None if cams[0] is None else tuple(cams)

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from moquad import config as C
+from moquad import settings
 
 # name -> (method, --set assignments on top of train/cpu_demo.yaml; each names its flip policy and motion ops, so
 # a variant means the same whatever the recipe adopts). "base" is the SimCLR base of the ladder; "paper" MoQuad
@@ -118,7 +119,7 @@ def supervised(shards: Path, run: Path, seed: int) -> dict:
     from moquad.eval.finetune import supervised_bound
     from moquad.quickstart import EVAL_RECIPE, demo_recipe
 
-    cfg = C.resolve(C.EvalConfig(), demo_recipe(EVAL_RECIPE), {"out": str(run)})
+    cfg = settings.resolve(C.EvalConfig(), demo_recipe(EVAL_RECIPE), {"out": str(run)})
     top1 = supervised_bound(shards, cfg, "tiny", seed)["top1"]
     return {"hit@1": top1, "knn_top1": top1, "linear_top1": top1}
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 from moquad import config as C
+from moquad import settings
 from moquad.cli_common import (
     _PRINT,
     _SET,
@@ -142,7 +143,7 @@ def preprocess(
         return
     from moquad.preprocess import splits
 
-    cfg = C.resolve(
+    cfg = settings.resolve(
         C.PreprocessConfig(),
         _recipe(recipe, "preprocess"),
         dict(dataset=dataset, root=root, out=out, official_split=official_split, short_side=short_side, fps=fps,
@@ -291,7 +292,7 @@ def pretrain(
 ) -> None:
     """Pre-train a video encoder with MoQuad (or the SimCLR baseline) from shards; any setting: --set KEY=VALUE."""
     flags = {k: v for k, v in locals().items() if k not in ("recipe", "sets", "print_config")}
-    cfg = C.resolve(C.PretrainConfig(), _recipe(recipe, "train"), _pretrain_flags(flags), sets or ())
+    cfg = settings.resolve(C.PretrainConfig(), _recipe(recipe, "train"), _pretrain_flags(flags), sets or ())
     if _printed(cfg, print_config):
         return
     _need_dir(cfg.data, "data folder", "run `moquad preprocess` first and pass its --out folder")
@@ -340,6 +341,9 @@ def quickstart(
 from moquad import cli_eval  # noqa: E402  (stage 3 lives in its own module)
 
 app.registered_commands[-1:-1] = cli_eval.app.registered_commands  # evaluation commands before quickstart
+from moquad import cli_motion  # noqa: E402  (the motion report)
+
+app.registered_commands[-1:-1] = cli_motion.app.registered_commands  # after evaluation, before quickstart
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from typing import Any
 import typer
 
 from moquad import config as C
+from moquad import settings
 from moquad.errors import user_message
 from moquad.objstore import is_url
 from moquad.recipes import find_recipe
@@ -127,7 +128,8 @@ def _cfg_help(cls: type, key: str, text: str) -> str:
     for part in outer:
         obj = getattr(obj, part)
     meta = next(f.metadata for f in dataclasses.fields(obj) if f.name == name)
-    choices = f" One of: {', '.join(map(str, meta['choices']))}." if "choices" in meta else ""
+    names = meta.get("choices") or settings.choices(type(obj), name)  # fixed choices, or the rows of a table
+    choices = f" One of: {', '.join(map(str, names))}." if names else ""
     return f"{text}{choices} (default: {_text(getattr(obj, name))})"  # not [..]: rich would read markup
 
 
@@ -161,4 +163,4 @@ def _eval_cfg(data: str, checkpoint: str, recipe: str | None, sets: list[str] | 
     """The evaluation commands' config: defaults < recipe < flags (None: not given) < ``--set``."""
     _need_dir(data, "data folder", "run `moquad preprocess` first and pass its --out folder")
     _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain` (RUN/checkpoints/last.pt)")
-    return C.resolve(C.EvalConfig(), _recipe(recipe, "eval"), dict(data=data, checkpoint=checkpoint, **flags), sets or ())
+    return settings.resolve(C.EvalConfig(), _recipe(recipe, "eval"), dict(data=data, checkpoint=checkpoint, **flags), sets or ())

@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from moquad import config as C
+from moquad import settings
 from moquad.cli_common import _PRINT, _RECIPE, _SET, _friendly, _need_dir, _need_file, _printed, _recipe
 from moquad.errors import MoquadError
 from moquad.eval.protocols import PROTOCOLS, run
@@ -23,6 +24,8 @@ app = typer.Typer()
 
 # help of every named evaluation flag (the key is the EvalConfig setting, dotted for nested ones)
 HELP = {
+    "train_split": "Manifest split to train on (retrieval: the gallery).",
+    "test_split": "Manifest split to test on (retrieval: the queries); the SSv2 and K400 recipes set val.",
     "num_clips": "Uniformly spaced test clips per video.",
     "frames": "Frames per clip.",
     "dilation": "Frame step inside a clip.",
@@ -75,7 +78,8 @@ def build_config(name: str, data: str, checkpoint: str, recipe: str | None, sets
     _need_dir(data, "data folder", "run `moquad preprocess` first and pass its --out folder")
     if checkpoint:
         _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain` (RUN/checkpoints/last.pt)")
-    cfg = C.resolve(C.EvalConfig(), _recipe(recipe, "eval"), dict(data=data, checkpoint=checkpoint, **flags), sets or ())
+    cfg = settings.resolve(C.EvalConfig(), _recipe(recipe, "eval"), dict(data=data, checkpoint=checkpoint, **flags),
+                           sets or ())
     if not cfg.checkpoint and not (name == "finetune" and cfg.finetune.init == "random"):
         raise MoquadError(f"{name} needs --checkpoint RUN/checkpoints/last.pt (a .pt written by `moquad pretrain`)")
     return cfg
@@ -129,7 +133,8 @@ def extract(cfg: C.EvalConfig, split: str = typer.Option("test", help="Split to 
 def retrieve(cfg: C.EvalConfig,
              json: str | None = typer.Option(None, "--json", help="Also write the numbers to this JSON file.")
              ) -> None:
-    """Nearest-neighbour retrieval (test queries the train split; hit@k for k in ks) and weighted-kNN accuracy."""
+    """Nearest-neighbour retrieval (the test split queries the train split; hit@k for k in ks) and weighted-kNN
+    accuracy."""
     run("retrieve", cfg, json_path=json)
 
 
@@ -178,7 +183,7 @@ def cam(
     _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain`")
     if data:
         _need_dir(data, "data folder", "pass the --out folder of `moquad preprocess`")
-    cfg = C.resolve(C.EvalConfig(), None, dict(data=data, checkpoint=checkpoint, frames=frames, size=size,
+    cfg = settings.resolve(C.EvalConfig(), None, dict(data=data, checkpoint=checkpoint, frames=frames, size=size,
                                                device=device, out=eval_dir))
     typer.echo(f"wrote {run('cam', cfg, video=video, out=out, method=method)}")
 

@@ -1,7 +1,7 @@
-"""Dataclass configs for every stage, and the one place their values are checked.
+"""Dataclass configs for every stage, and the rules that check each field when a config is built.
 
-Precedence: dataclass defaults < YAML recipe (``--recipe``) < flags (named options, then
-``--set KEY=VALUE``, so ``--set`` wins when both name the same key). The resolved config is
+Precedence (:func:`moquad.settings.resolve`): dataclass defaults < YAML recipe (``--recipe``) < flags (named
+options, then ``--set KEY=VALUE``, so ``--set`` wins when both name the same key). The resolved config is
 saved next to every output (``config.yaml`` in a run folder, ``dataset.json`` for shards, the
 JSON of an evaluation) so each number can be traced to its settings.
 
@@ -10,49 +10,241 @@ RAD k=5 with lambda in [0.1, 0.5], the appearance warm-up on the first 20% of ep
 negatives beta=0.01, alpha=1.5; fine-tuning 100 epochs, LARS 0.08). Recipes state only what
 differs from them, the CPU demo included (``train/cpu_demo.yaml``, ``eval/cpu_demo.yaml``).
 
-Checking (:mod:`moquad.settings`): every field is checked when a config is built (``__post_init__``, so also by
+Checking: every field is checked when a config is built (``__post_init__``, so also by
 ``dataclasses.replace``), by its annotation plus the rules in its ``metadata``: ``choices``,
 ``ge`` / ``gt`` / ``le`` (bounds, per element for tuples) and ``ordered`` (a tuple must not
 decrease). Allowed coercions: int -> float, list -> tuple, and a dict -> the nested config.
 Nothing else: ``lr: "0.1"`` (a quoted YAML string) or ``epochs: 3.0`` are errors. Text from the
 command line (``--set lr=0.1``) is parsed by the annotation first (:func:`parse_text`).
 A new field needs only its annotation, and metadata where it has a range or a set of choices.
+A field that names a row of an extension-point table (a backbone, an appearance op, a dataset ...) is
+checked against that table by :func:`moquad.settings.resolve`: the tables live in the modules that own
+them, which sit above this one (they import these configs).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import math
+import operator
 import os
-from dataclasses import dataclass, field
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, TypeVar
 
-from moquad.data.ops import APPEARANCE_OPS, FLIP_POLICIES, MOTION_OPS
-from moquad.models.backbones import BACKBONES, INPUTS  # the backbone and input tables (import no torch)
-from moquad.preprocess.datasets import DATASETS  # the dataset-adapter table
-from moquad.settings import (  # noqa: F401  (the checking and building functions, used as C.resolve etc.)
-    ConfigError,
-    check,
-    check_value,
-    dump,
-    parse_sets,
-    parse_text,
-    resolve,
-    rule,
-    save,
-    to_dict,
-    type_hints,
-    unwrap_optional,
-    update,
-)
+import yaml
+
+from moquad.errors import MoquadError
+
+T = TypeVar("T")
+
+
+class ConfigError(MoquadError, ValueError):
+    """A setting with a wrong type or value; ``key`` is its dotted name (``loader.size``)."""
+
+    def __init__(self, key: str, problem: str, message: str | None = None):
+        super().__init__(message or f"{key} {problem}")
+        self.key, self.problem = key, problem
+
+
+def rule(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, **rules: Any) -> Any:
+    """A dataclass field with checking rules: ``rule(200, ge=1)``, ``rule("moquad", choices=(...))``."""
+    return field(default=default, default_factory=factory, metadata=rules)
+
+
+# ----------------------------------------------------------------------------- checking
+
+
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """Field name -> annotation of a config class, resolved (the module uses postponed annotations)."""
+    return typing.get_type_hints(cls)
+
+
+_TYPE_NAMES = {int: ("an int", "ints"), float: ("a number", "numbers"), str: ("a string", "strings"),
+               bool: ("true or false", "booleans")}
+
+
+def _type_name(tp: Any, plural: bool = False) -> str:
+    return _TYPE_NAMES.get(tp, (str(tp), str(tp)))[plural]
+
+
+def unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    """``X | None`` -> (X, True); anything else -> (tp, False)."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0], len(args) < len(typing.get_args(tp))
+    return tp, False
+
+
+def _scalar(key: str, tp: Any, value: Any, rules: dict[str, Any]) -> Any:
+    if tp is float and type(value) is int:
+        value = float(value)
+    if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+        raise ConfigError(key, f"must be {_type_name(tp)}, got {value!r}")
+    if tp is float and not math.isfinite(value):
+        raise ConfigError(key, f"must be a finite number, got {value!r}")
+    choices = rules.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(key, f"must be one of {', '.join(map(str, choices))}, got {value!r}")
+    for name, ok, word in (("ge", operator.ge, ">="), ("gt", operator.gt, ">"), ("le", operator.le, "<=")):
+        if name in rules and not ok(value, rules[name]):
+            raise ConfigError(key, f"must be {word} {rules[name]}, got {value!r}")
+    return value
+
+
+def check_value(key: str, tp: Any, value: Any, rules: dict[str, Any] | None = None) -> Any:
+    """``value`` as annotation ``tp`` wants it (int -> float, list -> tuple), else :class:`ConfigError`."""
+    rules = rules or {}
+    tp, optional = unwrap_optional(tp)
+    if value is None and optional:
+        return None
+    if typing.get_origin(tp) is not tuple:
+        return _scalar(key, tp, value, rules)
+    args = typing.get_args(tp)
+    variadic = len(args) == 2 and args[1] is Ellipsis
+    what = f"a list of {'' if variadic else f'{len(args)} '}{_type_name(args[0], plural=True)}"
+    if not isinstance(value, (list, tuple)) or (variadic and not value) or (not variadic and len(value) != len(args)):
+        raise ConfigError(key, f"must be {what}, got {value!r}")
+    elems = args[:1] * len(value) if variadic else args
+    out = tuple(_scalar(key, t, v, rules) for t, v in zip(elems, value))
+    if rules.get("ordered") and list(out) != sorted(out):
+        raise ConfigError(key, f"must not decrease (low, high), got {list(out)}")
+    return out
+
+
+def check(cfg: Any) -> None:
+    """Check (and coerce in place) every field of a config; nested configs were checked when built."""
+    hints = type_hints(type(cfg))
+    for f in fields(cfg):
+        tp, value = hints[f.name], getattr(cfg, f.name)
+        if is_dataclass(tp):
+            if isinstance(value, dict):
+                value = update(tp(), value, prefix=f"{f.name}.")
+            elif not isinstance(value, tp):
+                raise ConfigError(f.name, f"must be a mapping of {tp.__name__} settings, got {value!r}")
+            setattr(cfg, f.name, value)
+        else:
+            setattr(cfg, f.name, check_value(f.name, tp, value, dict(f.metadata)))
+
+
+def parse_text(key: str, tp: Any, text: str) -> Any:
+    """A command-line string as annotation ``tp`` reads it: ``1,4`` (or ``[1, 4]``) for tuples,
+    ``true``/``false`` for bools, ``none`` for optional settings."""
+    tp, optional = unwrap_optional(tp)
+    text = text.strip()
+    if optional and text.lower() in ("none", "null", ""):
+        return None
+    if typing.get_origin(tp) is tuple:
+        elem = typing.get_args(tp)[0]
+        return tuple(parse_text(key, elem, part) for part in text.strip("[]()").split(",") if part.strip())
+    if tp is bool:
+        words = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+        if text.lower() not in words:
+            raise ConfigError(key, f"must be true or false, got {text!r}")
+        return words[text.lower()]
+    if tp in (int, float):
+        try:
+            return tp(text)
+        except ValueError:
+            raise ConfigError(key, f"must be {_type_name(tp)}, got {text!r}") from None
+    return text
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def _valid_keys(cfg: Any, prefix: str = "") -> list[str]:
+    return sorted(f"{prefix}{f.name}" + (".*" if is_dataclass(getattr(cfg, f.name)) else "") for f in fields(cfg))
+
+
+def _unknown(key: str, valid: list[str]) -> ConfigError:
+    return ConfigError(key, "is unknown", f"unknown setting {key!r}; valid: {', '.join(valid)}")
+
+
+def update(cfg: T, values: dict[str, Any], prefix: str = "") -> T:
+    """Return a checked copy of ``cfg`` with ``values`` applied; nested configs accept dicts.
+
+    Unknown keys are an error (a typo in a recipe must not be silently ignored).
+    """
+    names = {f.name for f in fields(cfg)}  # type: ignore[arg-type]
+    changes: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in names:
+            raise _unknown(f"{prefix}{key}", _valid_keys(cfg, prefix))
+        current = getattr(cfg, key)
+        if is_dataclass(current) and isinstance(value, dict):
+            changes[key] = update(current, value, prefix=f"{prefix}{key}.")
+        else:
+            changes[key] = value
+    try:
+        return dataclasses.replace(cfg, **changes)  # type: ignore[type-var]
+    except ConfigError as e:
+        if prefix and not e.key.startswith(prefix):
+            raise ConfigError(prefix + e.key, e.problem) from None
+        raise
+
+
+def parse_sets(cfg: Any, assignments: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``["epochs=5", "loader.dilations=1,4"]`` -> nested dict of values parsed by each field's annotation."""
+    out: dict[str, Any] = {}
+    for item in assignments:
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"--set {item!r}", "must look like KEY=VALUE, e.g. --set loader.dilations=1,4")
+        target, node, parts = cfg, out, key.strip().split(".")
+        for i, part in enumerate(parts):
+            prefix = ".".join(parts[:i]) + "." if i else ""
+            if not is_dataclass(target):
+                raise ConfigError(key, "is unknown", f"unknown setting {key!r}: {prefix[:-1]} has no sub-settings")
+            if part not in {f.name for f in fields(target)}:
+                raise _unknown(key, _valid_keys(target, prefix))
+            if i < len(parts) - 1:
+                target, node = getattr(target, part), node.setdefault(part, {})
+            else:
+                node[part] = parse_text(key, type_hints(type(target))[part], text)
+    return out
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain, YAML/JSON-safe dict of a config (tuples become lists)."""
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+
+    return clean(asdict(cfg))
+
+
+def dump(cfg: Any) -> str:
+    """The config as YAML text (what ``--print-config`` shows and ``config.yaml`` holds)."""
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def save(cfg: Any, path: str | Path) -> None:
+    """Write the resolved config as YAML (atomically)."""
+    from moquad.io import atomic_write_text
+
+    atomic_write_text(path, dump(cfg))
+
+
+# ----------------------------------------------------------------------------- the configs
 
 OPTIMIZERS = ("lars", "sgd", "adamw")
 DEVICES = ("auto", "cpu", "cuda")
-ENGINES = ("local", "ray")  # moquad.preprocess.engines.ENGINES implements them (a test keeps them equal)
 
 
 @dataclass
 class PreprocessConfig:
     """Stage 1: raw videos -> tar shards + Parquet manifests."""
 
-    dataset: str = rule("folder", choices=tuple(DATASETS))
+    dataset: str = "folder"  # a row of moquad.preprocess.datasets.DATASETS (checked by moquad.settings.resolve)
     root: str = ""
     out: str = ""
     official_split: int = rule(1, ge=1, le=3)  # ucf101 / hmdb51: which official split (flag --split)
@@ -68,7 +260,7 @@ class PreprocessConfig:
     # folder datasets without a split: draw one, e.g. (0.8, 0.2) train,test or (0.7, 0.1, 0.2) train,val,test
     split_ratios: tuple[float, ...] | None = rule(None, gt=0, le=1)
     group_by: str | None = None  # regex on the file name; its first group (or match) never straddles splits
-    engine: str = rule("local", choices=ENGINES)  # local process pool, or one Ray task per shard
+    engine: str = "local"  # moquad.preprocess.engines.ENGINES: local process pool, or one Ray task per shard
     ray_address: str | None = None  # Ray cluster to join ("auto": the one `ray start` made); None: a local Ray
 
     def __post_init__(self) -> None:
@@ -89,14 +281,14 @@ class LoaderConfig:
     ad_pos: bool = True  # RAD on the positive; False -> plain second clip at n
     intra_neg: bool = True  # N: clip at m != n
     ad_intra_neg: bool = True  # N-bar: clip at m, then RAD
-    appearance_op: str = rule("rad_inter", choices=tuple(APPEARANCE_OPS))  # moquad.data.ops
-    motion_ops: tuple[str, ...] = rule(("speed",), choices=tuple(MOTION_OPS))  # each makes Intra-Negs (ops.py)
+    appearance_op: str = "rad_inter"  # a row of moquad.data.ops.APPEARANCE_OPS
+    motion_ops: tuple[str, ...] = ("speed",)  # rows of moquad.data.ops.MOTION_OPS; each makes Intra-Negs
     rad_k: int = rule(5, ge=1)
     rad_lambda: tuple[float, float] = rule((0.1, 0.5), ge=0, le=1, ordered=True)
     donors_per_sample: int = rule(2, ge=1)  # RAD-inter donor frames read per sample (one frame each, random videos)
     # spatial augmentation (same for every frame of a clip, independent between clips)
     crop_scale: tuple[float, float] = rule((0.3, 1.0), gt=0, le=1, ordered=True)
-    flip: str = rule("independent", choices=tuple(FLIP_POLICIES))  # horizontal flips: per view, per video, never
+    flip: str = "independent"  # moquad.data.ops.FLIP_POLICIES: horizontal flips per view, per video, never
     color_jitter: float = rule(0.8, ge=0, le=1)  # probability of colour jitter
     color_strength: float = rule(0.5, ge=0)
     grayscale: float = rule(0.2, ge=0, le=1)  # probability of grayscale
@@ -121,8 +313,8 @@ class PretrainConfig:
     out: str = "runs/pretrain"
     split: str = "train"
     method: str = rule("moquad", choices=("moquad", "simclr", "simclr_classic"))  # see moquad.train.loop
-    backbone: str = rule("r3d_18", choices=tuple(BACKBONES))
-    model_input: str = rule("rgb", choices=tuple(INPUTS))  # diff: the backbone sees frame differences
+    backbone: str = "r3d_18"  # a row of moquad.models.backbones.BACKBONES
+    model_input: str = "rgb"  # moquad.models.backbones.INPUTS; diff: the backbone sees frame differences
     proj_dim: int = rule(128, ge=1)
     proj_hidden: int = rule(2048, ge=1)
     epochs: int = rule(200, ge=1)
@@ -174,7 +366,7 @@ class FinetuneConfig:
     LARS 0.08, half-period cosine. A tiny network wants AdamW 1e-3 instead (eval/cpu_demo.yaml)."""
 
     init: str = rule("checkpoint", choices=INITS)  # random: same backbone and clip, trained on labels only
-    backbone: str | None = rule(None, choices=BACKBONES)  # None: the checkpoint's; needed for init=random alone
+    backbone: str | None = None  # BACKBONES row; None: the checkpoint's; needed for init=random alone
     epochs: int = rule(100, ge=1)
     lr: float = rule(0.08, gt=0)  # used as given (not scaled with the batch)
     optimizer: str = rule("lars", choices=OPTIMIZERS)
@@ -194,6 +386,10 @@ class EvalConfig:
     data: str = ""
     checkpoint: str = ""
     out: str | None = None  # default: <run folder of the checkpoint>/eval
+    # the manifest splits a protocol trains on and tests on (retrieval: the gallery and the queries); each
+    # benchmark's recipe names its own: UCF101 / HMDB51 test on test, SSv2 and K400 on val (SSv2's test has no labels)
+    train_split: str = "train"
+    test_split: str = "test"
     num_clips: int = rule(10, ge=1)
     frames: int = rule(16, ge=1)
     dilation: int = rule(2, ge=1)
@@ -213,3 +409,7 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         check(self)
+        if self.test_split == self.train_split:
+            raise ConfigError("test_split", f"must differ from train_split (both {self.test_split!r}): a protocol "
+                              "tests on videos it did not train on")
+

@@ -37,7 +37,7 @@ import torch
 import moquad
 from moquad.data.augment import MEAN, STD
 from moquad.data.store import manifest_checksum, read_manifest
-from moquad.eval.common import sha256_file
+from moquad.eval.common import eval_folder, sha256_file
 from moquad.io import atomic_write
 from moquad.models import BACKBONES, INPUTS, build_backbone
 from moquad.train.checkpoint import load
@@ -86,10 +86,9 @@ def _data_checksum(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _eval_results(ckpt_path: Path, sha: str) -> dict[str, Any]:
     """Headline numbers of RUN/eval/*.json made from this checkpoint; others listed as stale."""
-    run = ckpt_path.parent.parent if ckpt_path.parent.name == "checkpoints" else ckpt_path.parent
     found: dict[str, Any] = {}
     stale = []
-    for path in sorted((run / "eval").glob("*.json")):
+    for path in sorted(eval_folder(ckpt_path).glob("*.json")):
         try:
             res = json.loads(path.read_text())
         except (OSError, ValueError):

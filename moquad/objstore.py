@@ -1,8 +1,8 @@
 """Where dataset bytes live: a local folder or an object-store URL (``s3://``, ``gs://``, ``http(s)://``).
 
 One place turns a location into bytes: :func:`read_range` (a sample = ONE ranged GET on a store),
-:func:`read_all` (``dataset.json``, manifests), :func:`size`, :func:`listdir`, plus :func:`upload` for
-``moquad preprocess --out s3://...``. Object stores go through pyarrow's filesystems (pyarrow is
+:func:`read_all` (``dataset.json``, manifests), :func:`size` (:func:`sizes`: many at once), :func:`listdir`,
+plus :func:`upload` for ``moquad preprocess --out s3://...``. Object stores go through pyarrow's filesystems (pyarrow is
 already a dependency, and its S3/GCS clients read credentials from the standard chain: environment,
 ``~/.aws``, instance roles; ``AWS_ENDPOINT_URL`` points at another S3-API server). http(s) is read-only
 through urllib. Nothing here logs or stores a credential.
@@ -274,6 +274,18 @@ def size(loc: Location) -> int | None:
     return info.size if info.type == pafs.FileType.File else None
 
 
+def sizes(locs: Sequence[Location]) -> list[int | None]:
+    """:func:`size` of several files/objects; on a store the requests run concurrently, so a dataset of many
+    shards on http(s) (one HEAD each: it cannot list) starts in about one round trip, not one per shard."""
+    if not any(is_url(loc) for loc in locs):
+        return [size(loc) for loc in locs]
+    out = concurrently(size, list(locs))
+    for r in out:
+        if isinstance(r, Exception):
+            raise r
+    return out  # type: ignore[return-value]
+
+
 def listdir(loc: Location) -> dict[str, int]:
     """Names -> sizes of the files directly in a folder / under a prefix (empty when absent; http cannot list)."""
     if not is_url(loc):
@@ -288,6 +300,22 @@ def listdir(loc: Location) -> dict[str, int]:
     sel = pafs.FileSelector(path.rstrip("/"), allow_not_found=True)
     infos = with_retries(f"list {url}", lambda: fs.get_file_info(sel))
     return {i.base_name: i.size for i in infos if i.type == pafs.FileType.File}
+
+
+def arrow_copy(raw: bytes) -> Any:
+    """A copy of ``raw`` in memory Arrow owns (a ``pyarrow.Buffer``), for Arrow to read or send bytes Python holds.
+
+    Arrow's pool threads may drop the last reference to a read's source (or an upload's part) after the call
+    returns. Dropping one that wraps a Python object takes the GIL, and CPython ends a thread that asks for the
+    GIL while the interpreter exits by unwinding it through a noexcept destructor: the process aborts at exit
+    (SIGABRT, "terminate called without an active exception"; apache/arrow#34314). A copy Arrow owns is released
+    without Python.
+    """
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    sink.write(raw)
+    return sink.getvalue()
 
 
 def upload(local: Path, url: str) -> None:
@@ -305,7 +333,7 @@ def upload(local: Path, url: str) -> None:
     def put() -> None:
         with open(local, "rb") as src, fs.open_output_stream(temp) as dst:
             while chunk := src.read(1 << 24):
-                dst.write(chunk)
+                dst.write(arrow_copy(chunk))  # parts are sent in the background, by Arrow's threads
         fs.move(temp, path)
     try:
         with_retries(f"upload {url}", put)

@@ -3,22 +3,28 @@
 The proxy forwards every request unchanged and can (a) add latency to each sample read, (b) answer
 503 SlowDown or drop the connection on a fraction of sample reads, (c) fail every read of one byte
 range for good. It counts the sample reads (ranged GETs of shards) and their bytes, independently of moquad.
+For benchmarks: :func:`nginx_server` (a server that is not the bottleneck: nginx, if installed) and
+:func:`proxy_process` (a light latency proxy in a process of its own).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import getpass
 import http.client
 import io
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 SECRET = "moquad-test-secret-Zq8"  # must never show up in a run folder
 
@@ -44,11 +50,13 @@ def wait_for_port(port: int, timeout: float = 30.0) -> None:
 
 class FaultProxy(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # listen backlog: at socketserver's 5, a burst of 32 connects loses SYNs (1 s retries)
 
     def __init__(self, upstream: int):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.upstream = upstream
-        self.latency = 0.0  # seconds added to each ranged GET
+        self.latency = 0.0  # seconds added to each ranged GET (to every request with ``latency_all``)
+        self.latency_all = False
         self.fail_every = 0  # every n-th ranged GET: 503 (odd faults) or a dropped connection (even faults)
         self.always_fail: str | None = None  # "SHARD-NAME bytes=A-B": that range of that shard always gets 503
         self.lock = threading.Lock()
@@ -77,10 +85,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _fault(self) -> str | None:
         srv = self.server
         rng = self.headers.get("Range")
-        if self.command != "GET" or rng is None or "/shards/" not in self.path:
-            return None
-        if srv.latency:
+        sample = self.command == "GET" and rng is not None and "/shards/" in self.path
+        if srv.latency and (sample or srv.latency_all):
             time.sleep(srv.latency)
+        if not sample:
+            return None
         with srv.lock:
             srv.ranged += 1
             if srv.always_fail is not None and f"{self.path.rsplit('/', 1)[-1]} {rng}" == srv.always_fail:
@@ -217,3 +226,129 @@ def http_server(directory: str | os.PathLike) -> Iterator[ThreadingHTTPServer]:
         yield srv
     finally:
         srv.shutdown()
+
+
+NGINX_MISSING = ("nginx not found (PATH, /usr/sbin): no nginx rows (for the benchmark only: apt-get install -y "
+                 "nginx-light, or nginx)")
+NGINX_CONF = """daemon off;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+{user}
+events {{ worker_connections 1024; }}
+http {{
+    log_format sent '$status $body_bytes_sent $request_method $uri "$http_range"';
+    access_log {tmp}/access.log sent;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    default_type application/octet-stream;
+    sendfile on;
+    tcp_nodelay on;
+    keepalive_requests 100000;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+    }}
+}}
+"""
+
+
+def nginx_exe() -> str | None:
+    """nginx on PATH, else Debian's /usr/sbin/nginx (not on a plain user's PATH); None when not installed."""
+    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
+
+
+@contextlib.contextmanager
+def nginx_server(directory: str | os.PathLike) -> Iterator[subprocess.Popen]:
+    """``directory`` served by nginx (static files, Range built in) on 127.0.0.1, in the foreground as this
+    user, from a generated config in a temp folder (its own pid and logs); ``proc.url`` is its root and
+    ``proc.ranged_bytes()`` the body bytes of the 206 replies it logged. Needs nginx (:func:`nginx_exe`)."""
+    exe = nginx_exe()
+    if exe is None:
+        raise FileNotFoundError(NGINX_MISSING)
+    with tempfile.TemporaryDirectory(prefix="moquad-nginx-") as tmp:
+        port = free_port()
+        user = f"user {getpass.getuser()};" if os.geteuid() == 0 else ""  # root's workers would run as nobody
+        conf = Path(tmp) / "nginx.conf"
+        conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, root=Path(directory).resolve(), user=user))
+        proc = subprocess.Popen([exe, "-p", tmp, "-c", str(conf), "-e", f"{tmp}/error.log"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc.url = f"http://127.0.0.1:{port}"
+        proc.ranged_bytes = lambda: sum(int(line.split()[1]) for line in (Path(tmp) / "access.log").read_text()
+                                        .splitlines() if line.startswith("206 "))
+        try:
+            wait_for_port(port)
+            yield proc
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+@contextlib.contextmanager
+def proxy_process(upstream: int, latency: float) -> Iterator[subprocess.Popen]:
+    """:func:`serve_latency` in its own process (its CPU and GIL apart from the caller's): ``latency`` seconds added
+    to EVERY request forwarded to 127.0.0.1:``upstream``; ``proc.url`` is its root."""
+    proc = subprocess.Popen([sys.executable, __file__, "proxy", str(upstream), str(latency)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        proc.url = proc.stdout.readline().strip()
+        if not proc.url.startswith("http://"):
+            raise RuntimeError(f"the latency proxy did not start (exit {proc.poll()})")
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def _relay_one(reader, writer, upstream: int, latency: float) -> bool:  # noqa: ANN001 - asyncio streams
+    """One request (GET or HEAD: no body) from ``reader`` to a new upstream connection after ``latency``; its reply
+    (headers, then Content-Length bytes copied in large chunks, not parsed) back. False at the client's EOF."""
+    import asyncio
+
+    head = await reader.readuntil(b"\r\n\r\n")
+    await asyncio.sleep(latency)
+    up_r, up_w = await asyncio.open_connection("127.0.0.1", upstream)
+    up_w.write(head)
+    reply = await up_r.readuntil(b"\r\n\r\n")
+    writer.write(reply)
+    lines = reply.decode("latin-1").lower().split("\r\n")
+    left = 0 if head.startswith(b"HEAD ") else \
+        next((int(x.split(":", 1)[1]) for x in lines if x.startswith("content-length:")), 0)
+    while left > 0:
+        chunk = await up_r.read(min(left, 1 << 20))
+        if not chunk:
+            break
+        left -= len(chunk)
+        writer.write(chunk)
+        await writer.drain()
+    up_w.close()
+    await writer.drain()
+    return b"connection: close" not in head.lower()
+
+
+def serve_latency(upstream: int, latency: float) -> None:
+    """A light HTTP/1.1 latency proxy (asyncio, one thread; nginx replies carry Content-Length): prints its URL, then
+    serves until killed. Lighter than :class:`FaultProxy` (no parsing of bodies, no thread per connection)."""
+    import asyncio
+
+    async def handle(reader, writer) -> None:  # noqa: ANN001
+        try:
+            while await _relay_one(reader, writer, upstream, latency):
+                pass
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=256)
+        print(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
+        await server.serve_forever()
+    asyncio.run(main())
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["proxy"]:
+    serve_latency(int(sys.argv[2]), float(sys.argv[3]))

@@ -14,12 +14,13 @@ import yaml
 from typer.testing import CliRunner
 
 from moquad import config as C
+from moquad import settings
 from moquad.cli import app
 from moquad.recipes import load_recipe
 
 runner = CliRunner()
 COMMANDS = ["synth", "preprocess", "verify", "pretrain", "plot", "extract", "retrieve", "linear", "finetune",
-            "cam", "quickstart", "recipes"]
+            "cam", "motion", "quickstart", "recipes"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -129,7 +130,8 @@ def test_every_field_settable_with_set(tmp_path, kind, command):
         for f in dataclasses.fields(cfg):
             if dataclasses.is_dataclass(hints[f.name]):
                 continue
-            new, text = different(hints[f.name], getattr(cfg, f.name), f.metadata)
+            rules = {**f.metadata, "choices": f.metadata.get("choices") or settings.choices(type(cfg), f.name)}
+            new, text = different(hints[f.name], getattr(cfg, f.name), rules)  # table rows: the owner's table
             want[prefix + f.name], sets = new, [*sets, "--set", f"{prefix}{f.name}={text}"]
     (tmp_path / "c.pt").write_bytes(b"")
     where = {"pretrain": ["--data", tmp_path], "finetune": ["--data", tmp_path, "--checkpoint", tmp_path / "c.pt"],

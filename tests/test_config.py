@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from moquad import config as C
+from moquad import settings
 from moquad.errors import MoquadError
 from moquad.recipes import REPO_ROOT, find_recipe, load_recipe
 
@@ -16,7 +17,7 @@ from moquad.recipes import REPO_ROOT, find_recipe, load_recipe
 def test_resolve_precedence(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump({"epochs": 800, "batch_size": 256, "loader": {"frames": 16, "rad_k": 5}}))
-    cfg = C.resolve(C.PretrainConfig(), recipe, {"epochs": 3, "batch_size": None, "loader.frames": 8})
+    cfg = settings.resolve(C.PretrainConfig(), recipe, {"epochs": 3, "batch_size": None, "loader.frames": 8})
     assert cfg.epochs == 3  # flag beats recipe
     assert cfg.batch_size == 256  # recipe beats default, None flag ignored
     assert cfg.loader.frames == 8 and cfg.loader.rad_k == 5
@@ -27,12 +28,12 @@ def test_unknown_key_is_an_error(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("epoch: 10\n")
     with pytest.raises(ValueError, match="unknown setting 'epoch'; valid: backbone, batch_size, ckpt_every,"):
-        C.resolve(C.PretrainConfig(), recipe, {})
+        settings.resolve(C.PretrainConfig(), recipe, {})
 
 
 def test_missing_recipe(tmp_path):
     with pytest.raises(FileNotFoundError, match="recipe"):
-        C.resolve(C.PretrainConfig(), tmp_path / "nope.yaml", {})
+        settings.resolve(C.PretrainConfig(), tmp_path / "nope.yaml", {})
 
 
 def test_save_roundtrip(tmp_path):
@@ -63,7 +64,6 @@ def test_allowed_coercions_only():
         ("epochs", True, "epochs must be an int, got True"),  # bool is not an int
         ("sync_bn", 1, "sync_bn must be true or false, got 1"),
         ("method", "byol", "method must be one of moquad, simclr, simclr_classic, got 'byol'"),
-        ("backbone", "resnet", "backbone must be one of tiny, r3d_18, r2plus1d_18, s3d, r3d_50"),
         ("batch_size", 0, "batch_size must be >= 1, got 0"),
         ("lr", 0, "lr must be > 0, got 0.0"),
         ("warmup_ratio", -0.1, "warmup_ratio must be >= 0, got -0.1"),
@@ -84,7 +84,6 @@ def test_allowed_coercions_only():
     ({"crop_scale": [0.0, 1.0]}, "loader.crop_scale must be > 0, got 0.0"),
     ({"crop_scale": [0.8, 0.5]}, "loader.crop_scale must not decrease (low, high), got [0.8, 0.5]"),
     ({"rad_lambda": [0.1, 1.5]}, "loader.rad_lambda must be <= 1, got 1.5"),
-    ({"appearance_op": "blur"}, "loader.appearance_op must be one of rad_inter, rad_intra, be, none, got 'blur'"),
     ({"color_jitter": 2}, "loader.color_jitter must be <= 1, got 2.0"),
     ({"workers": -1}, "loader.workers must be >= 0, got -1"),
 ])
@@ -96,8 +95,10 @@ def test_nested_settings_checked_with_their_dotted_name(values, message):
 def test_checked_however_the_config_is_built():
     with pytest.raises(C.ConfigError, match="crops must be one of 1, 3, got 2"):
         C.EvalConfig(crops=2)
-    with pytest.raises(C.ConfigError, match="flip must be one of"):
-        dataclasses.replace(C.LoaderConfig(), flip="sometimes")
+    with pytest.raises(C.ConfigError, match="method must be one of"):
+        dataclasses.replace(C.PretrainConfig(), method="sometimes")
+    with pytest.raises(C.ConfigError, match="test_split must differ from train_split"):
+        dataclasses.replace(C.EvalConfig(), test_split="train")
     with pytest.raises(C.ConfigError, match=re.escape("part must be below num_parts (2), got 2")):
         C.PreprocessConfig(num_parts=2, part=2)
 
@@ -139,7 +140,7 @@ def test_parse_text_by_annotation():
 
 
 def test_set_wins_over_a_named_flag():
-    cfg = C.resolve(C.PretrainConfig(), None, {"epochs": 5, "loader.size": 64}, ["epochs=7"])
+    cfg = settings.resolve(C.PretrainConfig(), None, {"epochs": 5, "loader.size": 64}, ["epochs=7"])
     assert (cfg.epochs, cfg.loader.size) == (7, 64)
 
 
@@ -147,11 +148,11 @@ def test_recipe_floats_in_exponent_form(tmp_path):
     """PyYAML reads ``1e-6`` as a string (YAML 1.1); recipes read it as the number it is. Quoted stays a string."""
     recipe = tmp_path / "r.yaml"
     recipe.write_text("weight_decay: 1e-6\nlr: 2.5E+0\n")
-    cfg = C.resolve(C.PretrainConfig(), recipe, {})
+    cfg = settings.resolve(C.PretrainConfig(), recipe, {})
     assert (cfg.weight_decay, cfg.lr) == (1e-6, 2.5)
     recipe.write_text("weight_decay: '1e-6'\n")
     with pytest.raises(C.ConfigError, match=re.escape("weight_decay must be a number, got '1e-6' (in recipe")):
-        C.resolve(C.PretrainConfig(), recipe, {})
+        settings.resolve(C.PretrainConfig(), recipe, {})
 
 
 def test_recipe_errors(tmp_path):
@@ -176,14 +177,63 @@ def test_recipe_errors(tmp_path):
 def test_recipes_found_from_any_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert find_recipe("train/cpu_demo.yaml") == REPO_ROOT / "train" / "cpu_demo.yaml"
-    assert C.resolve(C.PretrainConfig(), "train/cpu_demo.yaml", {}).backbone == "tiny"
+    assert settings.resolve(C.PretrainConfig(), "train/cpu_demo.yaml", {}).backbone == "tiny"
     (tmp_path / "train").mkdir()
     (tmp_path / "train" / "cpu_demo.yaml").write_text("epochs: 3\n")  # a local file of that name comes first
-    assert C.resolve(C.PretrainConfig(), "train/cpu_demo.yaml", {}).epochs == 3
+    assert settings.resolve(C.PretrainConfig(), "train/cpu_demo.yaml", {}).epochs == 3
 
 
-def test_choice_lists_match_the_implementations():
-    from moquad.models import BACKBONES
+@pytest.mark.parametrize("kind, values, key, table", [  # the wrong value is the last word of values
+    (C.PretrainConfig, {"backbone": "resnet"}, "backbone", "moquad.models.backbones:BACKBONES"),
+    (C.PretrainConfig, {"model_input": "flow"}, "model_input", "moquad.models.backbones:INPUTS"),
+    (C.PretrainConfig, {"loader": {"appearance_op": "blur"}}, "loader.appearance_op", "moquad.data.ops:APPEARANCE_OPS"),
+    (C.PretrainConfig, {"loader": {"motion_ops": ["speed", "jump"]}}, "loader.motion_ops", "moquad.data.ops:MOTION_OPS"),
+    (C.PretrainConfig, {"loader": {"flip": "sometimes"}}, "loader.flip", "moquad.data.ops:FLIP_POLICIES"),
+    (C.PreprocessConfig, {"dataset": "kinetics"}, "dataset", "moquad.preprocess.datasets:DATASETS"),
+    (C.PreprocessConfig, {"engine": "slurm"}, "engine", "moquad.preprocess.engines:ENGINES"),
+    (C.EvalConfig, {"finetune": {"backbone": "resnet"}}, "finetune.backbone", "moquad.models.backbones:BACKBONES"),
+])
+def test_table_choices_checked_when_resolved(kind, values, key, table, tmp_path):
+    """A setting that names a table row is checked against the owner's table, from flags and from a recipe."""
+    import importlib
+
+    module, name = table.split(":")
+    bad = re.findall(r"\w+", str(values))[-1]
+    names = ", ".join(getattr(importlib.import_module(module), name))
+    message = f"{key} must be one of {names}, got {bad!r}"
+    with pytest.raises(C.ConfigError, match=re.escape(message)):
+        settings.resolve(kind(), None, values)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(values))
+    with pytest.raises(C.ConfigError, match=re.escape(message) + ".* \\(in recipe "):
+        settings.resolve(kind(), recipe, {})
+
+
+def test_choices_are_the_owners_tables():
+    from moquad.data.ops import APPEARANCE_OPS, FLIP_POLICIES, MOTION_OPS
+    from moquad.models.backbones import BACKBONES, INPUTS
     from moquad.preprocess.datasets import DATASETS
+    from moquad.preprocess.engines import ENGINES
 
-    assert C.BACKBONES == BACKBONES and C.DATASETS == DATASETS
+    tables = {(C.PretrainConfig, "backbone"): BACKBONES, (C.PretrainConfig, "model_input"): INPUTS,
+              (C.FinetuneConfig, "backbone"): BACKBONES, (C.LoaderConfig, "appearance_op"): APPEARANCE_OPS,
+              (C.LoaderConfig, "motion_ops"): MOTION_OPS, (C.LoaderConfig, "flip"): FLIP_POLICIES,
+              (C.PreprocessConfig, "dataset"): DATASETS, (C.PreprocessConfig, "engine"): ENGINES}
+    assert {key: settings.choices(*key) for key in tables} == {key: tuple(t) for key, t in tables.items()}
+    for kind in (C.PretrainConfig, C.PreprocessConfig, C.EvalConfig):
+        settings.check_choices(kind())  # every default is a row of its table
+
+
+def test_config_imports_no_stage():
+    """moquad.config sits below every stage (they import it): importing it loads no data, model or preprocess
+    module, and the modules that hold the tables do not import moquad.settings."""
+    import subprocess
+    import sys
+
+    code = ("import sys, moquad.config, moquad.data.ops, moquad.models.backbones, moquad.preprocess.engines; "
+            "print(sorted(m for m in sys.modules if m.startswith('moquad.')))")
+    out = subprocess.run([sys.executable, "-c", "import sys, moquad.config; print(sorted(m for m in sys.modules "
+                          "if m.startswith('moquad.')))"], capture_output=True, text=True, check=True).stdout
+    assert eval(out) == ["moquad.config", "moquad.errors"]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "moquad.settings" not in eval(out)

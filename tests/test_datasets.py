@@ -129,12 +129,10 @@ def test_wrong_layout_error_shows_the_table_layout(tmp_path, dataset):
 
 
 def test_the_table_is_the_config_choices():
-    from dataclasses import fields
-
     from moquad.config import PreprocessConfig
+    from moquad.settings import choices
 
-    choices = next(f.metadata["choices"] for f in fields(PreprocessConfig) if f.name == "dataset")
-    assert choices == tuple(DATASETS) == ("k400", "ucf101", "hmdb51", "ssv2", "folder")
+    assert choices(PreprocessConfig, "dataset") == tuple(DATASETS) == ("k400", "ucf101", "hmdb51", "ssv2", "folder")
     assert {n for n, a in DATASETS.items() if a.official_splits} == {"ucf101", "hmdb51"}
     with pytest.raises(ValueError, match="ucf101 has official splits 1, 2, 3; none was given"):
         list_dataset("ucf101", ".")

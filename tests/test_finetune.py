@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from moquad import config as C
 from moquad import dist as moquad_dist
 from moquad.config import ConfigError, EvalConfig
 from moquad.data.augment import normalize
@@ -16,6 +15,7 @@ from moquad.data.clip_frames import uniform_clips
 from moquad.errors import MoquadError
 from moquad.eval.clips import spatial_crops
 from moquad.eval.finetune import finetune, load_classifier
+from moquad.settings import resolve
 
 
 def test_finetune_end_to_end(tmp_path):
@@ -90,7 +90,7 @@ def test_finetune_from_random_init_needs_no_checkpoint(tmp_path):
 def test_supervised_bound_at_demo_settings_beats_chance(tmp_path):
     """`moquad synth` motion classes, tiny backbone from random init, eval/cpu_demo.yaml's finetune settings
     (AdamW 1e-3, batch 8; 40 epochs to stay fast): test top-1 clearly above chance (1/3)."""
-    from moquad.config import PreprocessConfig, resolve
+    from moquad.config import PreprocessConfig
     from moquad.eval.finetune import supervised_bound
     from moquad.preprocess.run import preprocess
     from moquad.quickstart import EVAL_RECIPE, demo_recipe
@@ -156,4 +156,4 @@ def test_training_clips_flip_only_when_the_protocol_says(tmp_path):
         mirrored += not torch.equal(a, b)
         assert torch.equal(a, b) or torch.equal(a, b.flip(-1))
     assert 0 < mirrored < len(rows)
-    assert C.resolve(EvalConfig(), "eval/linear_ssv2.yaml", {}).linear.flip is False
+    assert resolve(EvalConfig(), "eval/linear_ssv2.yaml", {}).linear.flip is False

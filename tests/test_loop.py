@@ -53,9 +53,9 @@ def fake_loader(data_dir, cfg, *, split="train", batch_size, epoch=0, rank=0, wo
         }
 
 
-def fake_plan(cfg, world):
-    """The data plan of a run on fake_loader (no shards): ``cfg.steps_per_epoch``, no checksum, no report."""
-    return cfg.steps_per_epoch, None, lambda: None
+def fake_plan(cfg, info):
+    """The data plan of a run on fake_loader (no shards): ``cfg.steps_per_epoch``, no checksum, no report, no data."""
+    return cfg.steps_per_epoch, None, lambda: None, None
 
 
 def train(cfg, loader=None, **kw):
@@ -332,13 +332,14 @@ def test_a_damaged_sample_is_skipped_logged_and_the_run_finishes(coded_shards, t
     recs = read_log(tmp_path / "r" / "log.jsonl")
     assert recs[-1]["bad_samples"] == sum(x["epoch"] == 1 for x in lines)
     from moquad import config as C
+    from moquad import settings
     from moquad.errors import MoquadError
 
     with pytest.raises(MoquadError, match=r"unreadable, more than loader.max_bad_fraction=0.01 of them and more "
                                           r"than loader.max_bad_count=0; ") as e:
         loop.pretrain(_real_cfg(tmp_path / "s", data, max_bad_count=0), tensorboard=False, progress=False)
     keys = re.findall(r"--set ([\w.]+)=", str(e.value)) + re.findall(r"(loader\.max_bad_\w+)=", str(e.value))
-    assert keys and C.resolve(C.PretrainConfig(), None, {}, [f"{k}=1" for k in keys])  # the named keys exist
+    assert keys and settings.resolve(C.PretrainConfig(), None, {}, [f"{k}=1" for k in keys])  # the named keys exist
     # the count exceeded but not the fraction: the run goes on (the defaults above: the fraction, not the count)
     loop.pretrain(_real_cfg(tmp_path / "t", data, max_bad_count=0, max_bad_fraction=0.5), tensorboard=False, progress=False)
 

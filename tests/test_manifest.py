@@ -103,3 +103,32 @@ def test_verify_detects_labels_outside_the_classes(copy):
     M.write_table(pa.Table.from_pylist(rows, schema=store.MANIFEST_SCHEMA), copy / "manifests" / "test.parquet")
     problems = "\n".join(M.verify(copy))
     assert "label 7" in problems and "does not match dataset.json classes" in problems
+
+
+def test_other_tools_read_the_manifests_unchanged(tmp_path):
+    """The manifests are the dataset's index for other tools too: DuckDB (the README's query: frames per class) and
+    pyarrow.dataset read them as written, and agree with what was written."""
+    import duckdb
+    import pyarrow.dataset as ds
+    from fixtures import coded_video, write_frames
+
+    classes = ["jump", "run", "swim"]
+    lengths = {f"v{i:02d}": (4 + i % 5, i % 3) for i in range(12)}  # video -> (frames, label)
+    for split, ids in (("train", list(lengths)[:9]), ("val", list(lengths)[9:])):
+        write_frames(tmp_path, ((v, coded_video(i, lengths[v][0], 8, 8), lengths[v][1]) for i, v in enumerate(ids)),
+                     split=split, classes=classes, videos_per_shard=4)
+    expect: dict[str, list[int]] = {}
+    for v in list(lengths)[:9]:
+        frames, label = lengths[v]
+        got = expect.setdefault(classes[label], [0, 0])
+        got[0], got[1] = got[0] + frames, got[1] + 1
+    query = (f"SELECT class_name, sum(num_frames) AS frames, count(*) AS videos "
+             f"FROM read_parquet('{tmp_path}/manifests/train.parquet') GROUP BY class_name ORDER BY class_name")
+    rows = duckdb.connect().execute(query).fetchall()
+    assert rows == [(c, f, n) for c, (f, n) in sorted(expect.items())]
+    both = ds.dataset([str(tmp_path / "manifests" / f"{s}.parquet") for s in ("train", "val")], format="parquet")
+    table = both.to_table(columns=["video_id", "split", "num_frames", "frame_offsets"])
+    assert sorted(table.column("video_id").to_pylist()) == sorted(lengths)
+    assert {r["video_id"]: r["num_frames"] for r in table.to_pylist()} == {v: f for v, (f, _) in lengths.items()}
+    assert all(len(r["frame_offsets"]) == r["num_frames"] + 1 for r in table.to_pylist())
+    assert both.count_rows(filter=ds.field("split") == "val") == 3

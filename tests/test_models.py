@@ -12,7 +12,7 @@ from moquad.train import checkpoint
 from moquad.train.lars import LARS, param_groups
 from moquad.train.losses import moquad_loss
 
-FEAT = {"tiny": 64, "r3d_18": 512, "r2plus1d_18": 512, "s3d": 1024, "r3d_50": 2048}
+FEAT = {"tiny": 64, "r3d_18": 512, "mc3_18": 512, "r2plus1d_18": 512, "s3d": 1024, "r3d_50": 2048}
 
 
 @pytest.mark.parametrize("name", BACKBONES)
@@ -74,9 +74,10 @@ def test_checkpoint_save_is_atomic(tmp_path):
 def test_backbone_table_is_the_config_choices_and_imports_no_torch():
     import subprocess
     import sys
-    from dataclasses import fields
 
-    choices = next(f.metadata["choices"] for f in fields(PretrainConfig) if f.name == "backbone")
+    from moquad.settings import choices as table_choices
+
+    choices = table_choices(PretrainConfig, "backbone")
     assert choices == tuple(BACKBONES) == tuple(FEAT)
     code = ("import sys, moquad.config, moquad.models; "
             "assert 'torch' not in sys.modules, 'torch imported'; print(sorted(moquad.models.BACKBONES))")

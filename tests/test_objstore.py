@@ -7,6 +7,8 @@ import json
 import logging
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -15,7 +17,17 @@ import pytest
 pytest.importorskip("moto", reason="the S3 tests need moto[server] (pip install -e '.[dev]')")
 
 from fixtures import coded_dataset  # noqa: E402
-from s3server import SECRET, free_port, http_server, s3_server, wait_for_port  # noqa: E402
+from s3server import (  # noqa: E402
+    SECRET,
+    FaultProxy,
+    free_port,
+    http_server,
+    nginx_exe,
+    nginx_server,
+    proxy_process,
+    s3_server,
+    wait_for_port,
+)
 
 from moquad import objstore  # noqa: E402
 from moquad.config import LoaderConfig  # noqa: E402
@@ -307,6 +319,51 @@ def test_a_truncated_http_body_is_retried_then_a_bad_sample(coded, monkeypatch):
         with pytest.raises(store.BadSample, match="unreadable after retries: .* the response ended after"):
             remote.payload(5)
         assert srv.truncate == 0 and remote.payload(5) == ref.payload(5)
+
+
+def test_sizes_of_many_objects_take_about_one_round_trip(coded):
+    """http(s) cannot list: a dataset's shard sizes are a HEAD each; they run at once (one round trip, not one per
+    shard: with 50 ms per request and 40 shards, 2 s of every loader start), with size()'s answers."""
+    local, _ = coded
+    names = [f"shards/{p.name}" for p in sorted((local / "shards").glob("*.tar"))] + ["shards/absent.tar"]
+    with http_server(local.parent) as srv:
+        proxy = FaultProxy(int(srv.url.rsplit(":", 1)[1]))
+        proxy.latency, proxy.latency_all = 0.3, True
+        threading.Thread(target=proxy.serve_forever, daemon=True).start()
+        try:
+            urls = [f"{proxy.url}/{local.name}/{n}" for n in names * 3]
+            t = time.perf_counter()
+            got = objstore.sizes(urls)
+            took = time.perf_counter() - t
+        finally:
+            proxy.shutdown()
+    want = [(local / n).stat().st_size if (local / n).exists() else None for n in names * 3]
+    assert got == want and got[-1] is None and len(got) >= 6
+    assert took < 0.3 * len(urls) / 3, f"{len(urls)} HEADs of 0.3 s took {took:.2f} s: in turn, not at once"
+    assert objstore.sizes([local / n for n in names]) == want[: len(names)]  # local paths: a stat each
+
+
+def test_sizes_raise_what_a_head_raises(coded):
+    local, _ = coded
+    with http_server(local.parent) as srv:
+        srv.mode = "forbid"
+        with pytest.raises(MoquadError, match=r"access denied \(HTTP 403\)"):
+            objstore.sizes([f"{srv.url}/{local.name}/dataset.json", f"{srv.url}/{local.name}/x"])
+
+
+@pytest.mark.skipif(nginx_exe() is None, reason="nginx not installed (benchmarks only: apt-get install nginx-light)")
+def test_nginx_serves_the_dataset_with_ranges_and_the_proxy_adds_latency(coded):
+    """The benchmark's servers: nginx's 206 replies carry exactly the bytes asked for (its log counts them), and the
+    latency proxy in its own process delays every request by its latency."""
+    local, _ = coded
+    ref = store.Split(local)
+    with nginx_server(local.parent) as ng, proxy_process(int(ng.url.rsplit(":", 1)[1]), 0.2) as px:
+        remote = store.Split(f"{ng.url}/{local.name}")
+        assert [remote.payload(i) for i in range(len(ref))] == [ref.payload(i) for i in range(len(ref))]
+        assert ng.ranged_bytes() == int(ref.size.sum())
+        t = time.perf_counter()
+        assert objstore.size(f"{px.url}/{local.name}/dataset.json") == (local / "dataset.json").stat().st_size
+        assert 0.2 <= time.perf_counter() - t < 2.0
 
 
 def test_a_server_that_ignores_range_is_one_error_line(coded):

@@ -111,6 +111,42 @@ def test_deterministic_whatever_the_workers_new_epoch_new_order(data):
     assert _ids(make_loader(data, dataclasses.replace(CFG, seed=1), batch_size=2)) != _ids(a)
 
 
+def test_run_loader_keeps_its_workers_and_gives_the_same_batches(data):
+    """The trainer's RunLoader (built once, 2 workers kept across epochs; each epoch only sets the sampler) gives
+    batch for batch what a fresh one-epoch loader gives, through epochs, modes, a resume start and a cap."""
+    from moquad.data.pipeline import RunLoader
+
+    cfg = dataclasses.replace(CFG, workers=2)
+    run = RunLoader(data, cfg, batch_size=2)
+    pids = None
+    for epoch, mode, start, cap in [(0, "appearance", 0, None), (1, "moquad", 3, None), (2, "moquad", 1, 4)]:
+        got = list(make_loader(run, cfg, batch_size=2, epoch=epoch, mode=mode, start=start, num_batches=cap))
+        ref = list(make_loader(data, CFG, batch_size=2, epoch=epoch, mode=mode, start=start, num_batches=cap))
+        assert [x["video_id"] for x in got] == [x["video_id"] for x in ref] and len(got) == (cap or 7) - start
+        assert all(torch.equal(x["views"], y["views"]) and torch.equal(x["lam"], y["lam"]) for x, y in zip(got, ref))
+        workers = [w.pid for w in run.loader._iterator._workers]
+        assert pids is None or workers == pids  # the same processes every epoch
+        pids = workers
+    with pytest.raises(ValueError, match="RunLoader was built with"):
+        make_loader(run, cfg, batch_size=4)
+
+
+def test_a_process_with_a_live_run_loader_exits(data, tmp_path):
+    """Kept workers ignore SIGTERM (moquad.data.workers), which multiprocessing's exit handler sends before it joins
+    them: a RunLoader still alive at exit must stop its workers first, or the process hangs (measured: it did)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "live.py"
+    script.write_text(
+        "from moquad.config import LoaderConfig\nfrom moquad.data.pipeline import RunLoader, make_loader\n"
+        "cfg = LoaderConfig(frames=4, size=16, dilations=(1, 2), workers=2)\n"
+        f"run = RunLoader({str(data)!r}, cfg, batch_size=2)\n"
+        "next(iter(make_loader(run, cfg, batch_size=2)))\nprint('ok')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
 def test_resume_computes_the_batch_at_step_k(data, monkeypatch):
     """Starting at batch k gives batches k.. of the full epoch, and reads only those batches' videos."""
     full = list(make_loader(data, CFG, batch_size=2))

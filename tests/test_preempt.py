@@ -3,6 +3,8 @@ bit-for-bit the run that was never interrupted; the SLURM script requeues on tha
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import re
 import signal
@@ -164,3 +166,28 @@ def test_rank_0_leaves_the_requeue_marker_only_when_asked(tmp_path, monkeypatch)
     monkeypatch.setenv("MOQUAD_PREEMPTED", str(marker))
     preempt.mark()
     assert marker.is_file()
+
+
+def test_the_bad_sample_count_goes_on_after_a_mid_epoch_resume(tmp_path):
+    """It restarted at 0: an epoch with too many unreadable samples, cut by a preemption, never stopped."""
+    from moquad.errors import MoquadError
+
+    def one_bad_per_batch(inner):
+        def loader(*a, **kw):
+            for i, batch in enumerate(inner(*a, **kw)):
+                step = kw["epoch"] * 4 + kw["start"] + i + 1
+                yield {**batch, "bad": [{"video_id": f"v{step}", "shard": "s.tar", "reason": "test", "epoch": 0}]}
+        return loader
+
+    cfg = dict(epochs=1, warmup_ratio=0.0, loader=dataclasses.replace(make_cfg("x").loader, max_bad_count=3,
+                                                                           max_bad_fraction=0.0))
+    out = tmp_path / "run"
+    with pytest.raises(preempt.Preempted):  # stopped after step 2, with 2 skips on record
+        train(make_cfg(out, **cfg), one_bad_per_batch(signalling(signal.SIGUSR1, 1)), tensorboard=False,
+              progress=False)
+    log = out / "bad_samples.jsonl"
+    with open(log, "a") as f:  # steps a killed run did after its checkpoint, and its torn last line
+        f.write('{"video_id": "x3", "step": 3}\n{"video_id": "x4", "step": 4}\n{"video_id": "x5", "st')
+    with pytest.raises(MoquadError, match=r"^4 of epoch 0's 16 samples were unreadable"):
+        train(make_cfg(out, resume=True, **cfg), one_bad_per_batch(fake_loader), tensorboard=False, progress=False)
+    assert [json.loads(x)["video_id"] for x in log.read_text().splitlines()] == ["v1", "v2", "v3", "v4"]

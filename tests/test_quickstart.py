@@ -30,6 +30,11 @@ def test_quickstart_writes_comparison(tmp_path):
     assert results["moquad"]["hit@1"] == ret["top1"] and results["moquad"]["linear_top1"] == lin["top1"]
     assert (tmp_path / "qs" / "comparison.png").stat().st_size > 5000
     assert (tmp_path / "qs" / "moquad" / "curves.png").is_file()
+    # the motion report of the same three networks on the test split (moquad.eval.motion)
+    motion = json.loads((tmp_path / "qs" / "motion" / "motion.json").read_text())
+    assert list(motion["encoders"]) == ["random init", "simclr", "moquad"] and motion["data"]["split"] == "test"
+    assert all(0.0 <= r["appearance_share"] <= 1.0 + 1e-9 for r in motion["encoders"].values())
+    assert (tmp_path / "qs" / "motion" / "motion.png").stat().st_size > 20000
     for method in ("simclr", "moquad"):  # a finished run's checkpoint says so (issue 16: _finished was off by one)
         last = tmp_path / "qs" / method / "checkpoints" / "last.pt"
         assert checkpoint.load(last)["epoch"] == 2 and _finished(last, 2) and not _finished(last, 3)

@@ -12,10 +12,9 @@ ray = pytest.importorskip("ray", reason="the Ray engine tests need ray (pip inst
 from test_preprocess_layouts import make_ucf101  # noqa: E402
 
 from moquad import objstore  # noqa: E402
-from moquad.config import ENGINES, PreprocessConfig  # noqa: E402
+from moquad.config import PreprocessConfig  # noqa: E402
 from moquad.data.store import read_errors, read_info, read_manifest  # noqa: E402
 from moquad.errors import MoquadError  # noqa: E402
-from moquad.preprocess import engines  # noqa: E402
 from moquad.preprocess.manifest import parts_dir, verify  # noqa: E402
 from moquad.preprocess.run import preprocess  # noqa: E402
 
@@ -61,10 +60,6 @@ def _same_dataset(a, b) -> None:
     for split in info_a["splits"]:
         assert read_manifest(a, split).equals(read_manifest(b, split))
     assert read_errors(a).equals(read_errors(b))
-
-
-def test_engines_table_matches_the_config_choices():
-    assert tuple(engines.ENGINES) == ENGINES
 
 
 def test_ray_engine_writes_the_local_engines_shards_manifests_and_errors(ray_s3, raw, local_run, tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from moquad import config as C
+from moquad import settings
 from moquad.errors import MoquadError
 from moquad.recipes import RECIPE_ROOT, STAGES, find_recipe, list_recipes, load_recipe, read_recipe_file
 
@@ -84,14 +85,14 @@ def expected_row(path: Path) -> dict:
 
 @pytest.mark.parametrize("path", TRAIN, ids=lambda p: p.stem)
 def test_train_recipe_has_paper_settings(path):
-    cfg = C.resolve(C.PretrainConfig(), path, {})
+    cfg = settings.resolve(C.PretrainConfig(), path, {})
     want = expected_row(path)
     got = {**paper_view(cfg), "backbone": cfg.backbone, "epochs": cfg.epochs}
     assert got == want
 
 
 def test_ablation_switches():
-    load = lambda n: C.resolve(C.PretrainConfig(), ROOT / "train" / "ablations" / f"{n}.yaml", {})  # noqa: E731
+    load = lambda n: settings.resolve(C.PretrainConfig(), ROOT / "train" / "ablations" / f"{n}.yaml", {})  # noqa: E731
     for ds in ("ucf101", "k400"):
         assert load(f"quad_{ds}_simclr").method == "simclr"
         switches = {part: (load(f"quad_{ds}_{part}").loader.intra_neg, load(f"quad_{ds}_{part}").loader.ad_intra_neg)
@@ -105,7 +106,7 @@ def test_ablation_switches():
 
 @pytest.mark.parametrize("path", EVAL, ids=lambda p: p.stem)
 def test_eval_recipe(path):
-    cfg = C.resolve(C.EvalConfig(), path, {})
+    cfg = settings.resolve(C.EvalConfig(), path, {})
     # "densely samples 10 clips from each video"; retrieval: 10 uniform clips averaged
     assert (cfg.size, cfg.num_clips) == (224, 10)
     if path.stem.startswith("finetune"):  # 100 epochs, batch 32, LARS 0.08, 16 frames dilation 2, 3-crop test
@@ -116,11 +117,17 @@ def test_eval_recipe(path):
         assert (cfg.linear.epochs, cfg.linear.batch_size, cfg.frames, cfg.dilation, cfg.crops) == (100, 32, 32, 2, 3)
     if path.stem.startswith("retrieval"):
         assert (cfg.frames, cfg.crops) == (16, 1) and {1, 5, 10} <= set(cfg.ks)
+    # each benchmark's own splits: UCF101 / HMDB51 train / test; SSv2 (test unlabelled) and K400 (Table 2) train / val
+    dataset = path.stem.split("_")[1]
+    assert (cfg.train_split, cfg.test_split) == ("train", "val" if dataset in ("ssv2", "k400") else "test")
+    protocol = getattr(cfg, path.stem.split("_")[0], None)  # linear / finetune settings
+    if protocol is not None:  # SSv2's classes are left/right-sensitive: no flip of its training clips
+        assert protocol.flip == (dataset != "ssv2")
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "preprocess").glob("*.yaml")), ids=lambda p: p.stem)
 def test_preprocess_recipe(path):
-    cfg = C.resolve(C.PreprocessConfig(), path, {})
+    cfg = settings.resolve(C.PreprocessConfig(), path, {})
     # paper datasets at short side 256 for 224 crops; the *_small / folder recipes at 128 for 112 crops
     assert cfg.short_side == (128 if path.stem in ("folder", "ucf101_small") else 256)
     assert cfg.dataset == path.stem.split("_")[0]

@@ -18,10 +18,15 @@ worker in small stages, all driven by the manifest (:class:`~moquad.data.store.S
 - Only the shards the manifest names are opened, each sample with ONE read of its payload; a missing or
   short shard is an error at start-up. ``bytes`` reports what a batch read (payloads + donor frames).
 - Multi-node safety: when a torch.distributed group is initialised, ``world_size``/``rank`` must match it.
+- Once per run: :class:`RunLoader` reads the manifest and checks the shards once and keeps its workers across
+  epochs; an epoch (or a resume at step k) only sets the sampler, which sends ``(epoch, j)`` to the workers.
 """
 
 from __future__ import annotations
 
+import atexit
+import dataclasses
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,8 +43,9 @@ from moquad.data.donors import DonorPool, donor_picks, donor_pool, resize_cells
 from moquad.data.epoch_plan import EpochPlan, stream
 from moquad.data.store import BadSample, Split, decode_frames, decode_jpeg
 from moquad.data.views import ViewParams, cell_size, check_config, draw_views, needs_donors
-from moquad.errors import MoquadError
 from moquad.data.workers import ignore_preemption
+from moquad.errors import MoquadError
+from moquad.objstore import Location
 
 _STACKED = ("frame_index", "box", "flip", "colour_ops", "colour_factors", "lam", "noise_frame")
 
@@ -182,7 +188,7 @@ class EpochBatches(Dataset):
                     check_jpegs(payload, split.frame_offsets(i), p.frames, (int(split.height[i]), int(split.width[i])))
                 except BadSample as e:
                     raise _DecodeFailed(pos, e) from None
-            ranges = [(payload, fo[f], fo[f + 1]) for i, payload, p in drawn
+            ranges = [(payload, int(fo[f]), int(fo[f + 1])) for i, payload, p in drawn
                       for fo in [split.frame_offsets(i)] for f in p.frames.tolist()]
             ends = np.cumsum([0] + [int(b - a) for _, a, b in ranges])
             flat = _empty((int(ends[-1]),), torch.uint8)
@@ -274,8 +280,106 @@ def _passthrough(batch: dict[str, Any]) -> dict[str, Any]:
     return batch  # batches are collated in the workers
 
 
+@dataclasses.dataclass
+class _Epoch:
+    """What the sampler sends with every batch index of a run loader: the epoch the batch belongs to."""
+
+    epoch: int
+    mode: str
+    cfg: LoaderConfig
+    end: int  # the epoch's last batch + 1 (no reads past it)
+
+
+class _RunBatches(Dataset):
+    """The dataset of a :class:`RunLoader`: item ``(epoch, j)`` is batch ``j`` of that epoch (its
+    :class:`EpochBatches` built in the worker when the epoch changes: one permutation, milliseconds)."""
+
+    def __init__(self, split: Split, per_rank: int, world: int, rank: int, debug: bool) -> None:
+        self.split, self.per_rank, self.world, self.rank, self.debug = split, per_rank, world, rank, debug
+        self._current: tuple[_Epoch, EpochBatches] | None = None
+
+    def __getitem__(self, key: tuple[_Epoch, int]) -> dict[str, Any]:
+        spec, j = key
+        if self._current is None or self._current[0] != spec:
+            plan = EpochPlan(len(self.split), self.per_rank, self.world, spec.cfg.seed, spec.epoch)
+            self._current = spec, EpochBatches(self.split, spec.cfg, plan, spec.epoch, self.rank, mode=spec.mode,
+                                               debug=self.debug, end=spec.end)
+        return self._current[1][j]
+
+
+class _Sampler:
+    """The run loader's sampler: the batches ``start..end-1`` of the epoch :meth:`RunLoader.epoch` set last."""
+
+    def __init__(self) -> None:
+        self.spec, self.start = None, 0
+
+    def __len__(self) -> int:
+        return 0 if self.spec is None else self.spec.end - self.start
+
+    def __iter__(self) -> Iterator[tuple[_Epoch, int]]:
+        return ((self.spec, j) for j in range(self.start, 0 if self.spec is None else self.spec.end))
+
+
+class RunLoader:
+    """The loader of a whole run, built ONCE: the manifest read and the shards checked once, the workers started
+    at the first epoch and kept (``persistent_workers``) for the others; each epoch (or a resume at any step)
+    only tells the sampler which batches come next. Pass it as ``data_dir`` to :func:`make_loader`."""
+
+    def __init__(self, data: Location | Split, cfg: LoaderConfig, *, split: str = "train", batch_size: int,
+                 rank: int = 0, world_size: int = 1, pin_memory: bool = False, debug: bool = False) -> None:
+        self.split = _open(data, cfg, split, rank, world_size)
+        self.num_batches = EpochPlan(len(self.split), batch_size, world_size, cfg.seed, 0).num_batches
+        self.batch_size, self.rank, self.world_size, self.pin_memory = batch_size, rank, world_size, pin_memory
+        self.sampler = _Sampler()
+        ds = _RunBatches(self.split, batch_size, world_size, rank, debug)
+        self.loader = _data_loader(ds, self.sampler, cfg.workers, pin_memory, persistent=cfg.workers > 0)
+        atexit.register(_stop_workers, weakref.ref(self.loader))  # runs before multiprocessing's exit handler
+
+    def close(self) -> None:
+        """Stop the kept workers now (they also stop when the loader is freed, or at exit)."""
+        _stop_workers(weakref.ref(self.loader))
+
+    def epoch(self, cfg: LoaderConfig, epoch: int, start: int, total: int, mode: str) -> DataLoader:
+        """The DataLoader, set to give batches ``start..total-1`` of ``epoch`` (loader settings ``cfg``)."""
+        _check_start(start, total)
+        self.sampler.spec, self.sampler.start = _Epoch(epoch, mode, cfg, total), start
+        return self.loader
+
+
+def _stop_workers(ref: weakref.ref) -> None:
+    """Shut a kept-workers DataLoader's workers down the DataLoader's own way (a message, then join). At exit this
+    must come before multiprocessing's handler, which SIGTERMs daemonic children (that workers ignore:
+    :mod:`moquad.data.workers`) and joins them: a RunLoader alive at exit would hang the process."""
+    loader = ref()
+    it = getattr(loader, "_iterator", None)
+    if it is not None and hasattr(it, "_shutdown_workers"):
+        it._shutdown_workers()
+        loader._iterator = None
+
+
+def _open(data: Location | Split, cfg: LoaderConfig, split: str, rank: int, world_size: int) -> Split:
+    """The split a loader reads, its shards checked (once per loader), after checking rank and workers."""
+    _check_distributed(rank, world_size)
+    if cfg.workers < 0:
+        raise ValueError(f"loader.workers must be >= 0, got {cfg.workers}")
+    data = data if isinstance(data, Split) else Split(data, split)
+    data.check_shards()
+    return data
+
+
+def _check_start(start: int, total: int) -> None:
+    if not 0 <= start <= total:
+        raise ValueError(f"start batch {start} outside the epoch's {total} batches")
+
+
+def _data_loader(ds: Dataset, sampler: Any, workers: int, pin_memory: bool, persistent: bool) -> DataLoader:
+    return DataLoader(ds, batch_size=None, sampler=sampler, collate_fn=_passthrough, num_workers=workers,
+                      pin_memory=pin_memory, persistent_workers=persistent,
+                      prefetch_factor=2 if workers > 0 else None, worker_init_fn=ignore_preemption)
+
+
 def make_loader(
-    data_dir: str | Path | Split,
+    data_dir: str | Path | Split | RunLoader,
     cfg: LoaderConfig,
     *,
     split: str = "train",
@@ -296,20 +400,21 @@ def make_loader(
     view parameters for ``augment.to_model``), ``view_names``, ``video_id``, ``index`` int64 (B,) (manifest
     row, the identity the losses mask by), ``label`` int64 (B,), ``lam`` float32 (B, V), ``bad`` (skipped
     samples), ``bytes`` (read for this batch); ``debug`` adds per-video ``info``. ``num_batches`` caps the
-    epoch below ``videos // (batch_size * world_size)``.
+    epoch below ``videos // (batch_size * world_size)``. ``data_dir`` may be a :class:`RunLoader` (the trainer's:
+    built once per run, workers kept across epochs); the batches are the same.
     """
     check_config(cfg, mode)
-    _check_distributed(rank, world_size)
-    if cfg.workers < 0:
-        raise ValueError(f"loader.workers must be >= 0, got {cfg.workers}")
-    data = data_dir if isinstance(data_dir, Split) else Split(data_dir, split)
-    data.check_shards()
+    if isinstance(data_dir, RunLoader):
+        run = data_dir
+        if (batch_size, rank, world_size, pin_memory) != (run.batch_size, run.rank, run.world_size, run.pin_memory):
+            raise ValueError(f"make_loader got batch_size={batch_size}, rank={rank}, world_size={world_size}, "
+                             f"pin_memory={pin_memory}; its RunLoader was built with {run.batch_size}, {run.rank}, "
+                             f"{run.world_size}, {run.pin_memory}")
+        total = run.num_batches if num_batches is None else min(num_batches, run.num_batches)
+        return run.epoch(cfg, epoch, start, total, mode)
+    data = _open(data_dir, cfg, split, rank, world_size)
     plan = EpochPlan(len(data), batch_size, world_size, cfg.seed, epoch)
     total = plan.num_batches if num_batches is None else min(num_batches, plan.num_batches)
-    if not 0 <= start <= total:
-        raise ValueError(f"start batch {start} outside the epoch's {total} batches")
+    _check_start(start, total)
     ds = EpochBatches(data, cfg, plan, epoch, rank, mode=mode, debug=debug, end=total)
-    workers = min(cfg.workers, total - start)
-    return DataLoader(ds, batch_size=None, sampler=range(start, total), collate_fn=_passthrough,
-                      num_workers=workers, pin_memory=pin_memory, persistent_workers=False,
-                      prefetch_factor=2 if workers > 0 else None, worker_init_fn=ignore_preemption)
+    return _data_loader(ds, range(start, total), min(cfg.workers, total - start), pin_memory, persistent=False)

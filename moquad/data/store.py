@@ -3,8 +3,9 @@
 Written by ``moquad preprocess`` (schema in ``manifests/SCHEMA.md``); read here by the loader,
 feature extraction, the linear probe, fine-tuning, ``cam``, ``info`` and ``verify``.
 
-A :class:`Split` holds one split's manifest as flat numpy arrays (cheap to send to DataLoader
-workers) and reads by offset: a sample is ONE read of ``(shard, jpgs_offset, jpgs_size)``
+A :class:`Split` holds one split's manifest as flat numpy arrays without Python objects (forked DataLoader
+workers share them copy-on-write; a big frame index is a memory-mapped cache file every process of a node
+shares, :func:`index_cache_dir`) and reads by offset: a sample is ONE read of ``(shard, jpgs_offset, jpgs_size)``
 (:func:`read_bytes`, the single place that touches sample bytes: a ``pread`` locally, ONE ranged GET
 on an object store, see :mod:`moquad.objstore`), checked against its xxh3; a frame is one read of its
 byte range. ``data_dir`` is a folder or a URL (``s3://bucket/prefix``, ``gs://``, ``http(s)://``). The manifest is the dataset: files it
@@ -16,19 +17,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
+import os
 from collections.abc import Sequence
 from concurrent.futures import Future
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import simplejpeg
 import xxhash
 
 from moquad import objstore
 from moquad.errors import MoquadError
+from moquad.io import atomic_write
 from moquad.objstore import Location, join
 
 SCHEMA_VERSION = 2  # the version this moquad writes and reads
@@ -98,24 +104,43 @@ def classes(data_dir: Location) -> list[str]:
     return list(read_info(data_dir).get("classes") or [])
 
 
+def arrow_owned(raw: bytes) -> pa.BufferReader:
+    """A reader over a copy of ``raw`` that Arrow owns (:func:`moquad.objstore.arrow_copy`: why)."""
+    return pa.BufferReader(objstore.arrow_copy(raw))
+
+
 def _parquet(path: Location) -> pa.Table:
-    return pq.read_table(pa.BufferReader(_read(path, "the manifests")))
+    return pq.read_table(arrow_owned(_read(path, "the manifests")))
 
 
-def read_manifest(data_dir: Location, split: str) -> pa.Table:
-    """The merged manifest of ``split`` (one row per video)."""
+def _manifest_file(data_dir: Location, split: str) -> tuple[Location, pq.ParquetFile, str]:
+    """``manifests/{split}.parquet`` opened (a local file memory-mapped, not read whole), its columns checked, and
+    the file's identity (path, size, mtime and inode; on a store, its bytes' hash) for caches derived from it."""
     path = join(data_dir, "manifests", f"{split}.parquet")
     try:
-        table = _parquet(path)
+        if objstore.is_url(path):
+            raw = _read(path, "the manifests")
+            file, ident = pq.ParquetFile(arrow_owned(raw)), xxhash.xxh3_128_hexdigest(raw)
+        else:
+            st = os.stat(path)
+            file = pq.ParquetFile(str(path), memory_map=True)
+            ident = f"{os.path.realpath(path)}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
     except FileNotFoundError:
         have = sorted(n[: -len(".parquet")] for n in objstore.listdir(join(data_dir, "manifests"))
                       if n.endswith(".parquet") and n != "errors.parquet")
         raise FileNotFoundError(f"no manifest for split {split!r} in {data_dir}; "
                                 f"available: {', '.join(have) or 'none'}") from None
-    missing = [c for c in MANIFEST_SCHEMA.names if c not in table.column_names]
+    missing = [c for c in MANIFEST_SCHEMA.names if c not in file.schema_arrow.names]
     if missing:
         raise MoquadError(f"{path} lacks the columns {', '.join(missing)}; re-run `moquad preprocess` with this version")
-    return table.select(MANIFEST_SCHEMA.names).cast(MANIFEST_SCHEMA)
+    return path, file, xxhash.xxh3_128_hexdigest(ident.encode())
+
+
+def read_manifest(data_dir: Location, split: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """The merged manifest of ``split`` (one row per video); ``columns``: only those (all by default)."""
+    names = list(columns or MANIFEST_SCHEMA.names)
+    table = _manifest_file(data_dir, split)[1].read(columns=names)
+    return table.select(names).cast(pa.schema([MANIFEST_SCHEMA.field(n) for n in names]))
 
 
 def read_errors(data_dir: Location) -> pa.Table:
@@ -126,18 +151,44 @@ def read_errors(data_dir: Location) -> pa.Table:
         return ERRORS_SCHEMA.empty_table()
 
 
+CHECKSUM_COLUMNS = ("video_id", "label", "class_name", "checksum", "num_frames")
+_PLAIN = r"^[ !#-\[\]-~]*$"  # printable ASCII but '"' and '\\': json.dumps writes such a string as "<it>"
+
+
 def manifest_checksum(table: pa.Table) -> str:
     """sha256 over the rows' (video_id, label, class_name, payload checksum, num_frames).
 
     Identifies the data content independently of how the Parquet file was written or where the
-    shards live, so a re-merged manifest of the same videos keeps caches valid.
+    shards live, so a re-merged manifest of the same videos keeps caches valid. Each row is hashed as
+    ``json.dumps([...]) + "\\n"``; rows of plain ASCII (every real dataset) are formatted by Arrow in one pass
+    (1M rows in ~1 s instead of ~8 s), anything else row by row, to the same bytes.
     """
+    t = table.select(list(CHECKSUM_COLUMNS)).combine_chunks()
     h = hashlib.sha256()
-    cols = [table.column(c).to_pylist() for c in ("video_id", "label", "class_name", "checksum", "num_frames")]
-    for row in zip(*cols):
-        h.update(json.dumps(row).encode())
-        h.update(b"\n")
+    text = _json_rows(t)
+    if text is None:
+        for row in zip(*(t.column(c).to_pylist() for c in CHECKSUM_COLUMNS)):
+            h.update(json.dumps(row).encode())
+            h.update(b"\n")
+        return h.hexdigest()
+    ends = np.frombuffer(text.buffers()[1], dtype=np.int64)[text.offset : text.offset + len(text) + 1]
+    if len(text):
+        h.update(memoryview(text.buffers()[2])[int(ends[0]) : int(ends[-1])])
     return h.hexdigest()
+
+
+def _json_rows(t: pa.Table) -> pa.Array | None:
+    """Every row as its ``json.dumps`` line (one large_string array), or None when a value needs JSON escapes."""
+    strings = [t.column(c) for c in ("video_id", "class_name", "checksum")]
+    ints = [t.column(c) for c in ("label", "num_frames")]
+    if any(c.null_count for c in [*strings, *ints]) or \
+            not all(pc.all(pc.match_substring_regex(c, _PLAIN)).as_py() in (True, None) for c in strings):
+        return None
+    vid, cls, cks = (pc.cast(c, pa.large_string()) for c in strings)
+    label, frames = (pc.cast(c, pa.large_string()) for c in ints)
+    parts = [pa.scalar(x, pa.large_string()) if isinstance(x, str) else x
+             for x in ('["', vid, '", ', label, ', "', cls, '", "', cks, '", ', frames, "]\n", "")]
+    return pc.binary_join_element_wise(*parts).combine_chunks()
 
 
 # ---------------------------------------------------------------- bytes and frames
@@ -188,31 +239,118 @@ def decode_frames(payload: bytes, frame_offsets: Sequence[int], indices: Sequenc
     return np.stack(out)
 
 
+def _ints(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).to_numpy().astype(np.int64)
+
+
+def _strings(col: pa.ChunkedArray, kind: type = np.str_) -> np.ndarray:
+    """A string column as ONE fixed-width numpy array (``np.str_``, or ``np.bytes_`` for ASCII such as hashes)."""
+    if kind is np.bytes_:
+        return np.asarray(pc.cast(col, pa.binary()).to_numpy(zero_copy_only=False), dtype=np.bytes_)
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.str_).reshape(len(col))
+
+
+def _dictionary(col: pa.ChunkedArray) -> tuple[list[str], np.ndarray]:
+    """(sorted distinct values, each row's index into them) of a string column, without a Python object per row."""
+    enc = pc.dictionary_encode(col).combine_chunks()
+    values = enc.dictionary.to_pylist()
+    order = np.argsort(np.asarray(values, dtype=object)).astype(np.int64) if values else np.zeros(0, np.int64)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return [values[i] for i in order], rank[enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)]
+
+
+# frame indexes of at least this many frames are kept as files, memory-mapped by every process of the node
+INDEX_CACHE_FRAMES = 1 << 22
+
+
+def index_cache_dir() -> Path:
+    """Where frame indexes are cached: ``$MOQUAD_CACHE/frame-index`` (default ``~/.cache/moquad``)."""
+    return Path(os.environ.get("MOQUAD_CACHE") or Path.home() / ".cache" / "moquad") / "frame-index"
+
+
+def _frame_index(file: pq.ParquetFile, key: str, num_frames: np.ndarray, dtype: type) -> tuple[np.ndarray, np.ndarray]:
+    """(every video's ``num_frames + 1`` frame offsets, concatenated, as ``dtype``; where each video's starts).
+
+    A big index (>= INDEX_CACHE_FRAMES) is decoded once into ``index_cache_dir()/KEY.npy`` (``KEY``: the manifest
+    file's identity) and memory-mapped: the next run, and every other rank of the node, maps the same pages
+    instead of decoding 250M offsets (1M videos: ~8 s and 1 GB per rank). Where the cache cannot be written,
+    the index stays in memory."""
+    counts = num_frames + 1
+    starts = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    total = int(counts.sum())
+    cached = index_cache_dir() / f"{key}-{np.dtype(dtype).name}.npy"
+    if total >= INDEX_CACHE_FRAMES and cached.is_file():
+        index = _mapped(cached)
+        if index.shape == (total,) and index.dtype == dtype:
+            return index, starts
+    index = _decode_index(file, counts, starts, np.empty(total, dtype=dtype))
+    if total >= INDEX_CACHE_FRAMES:
+        try:
+            atomic_write(cached, lambda f: np.save(f, index))
+            return _mapped(cached), starts
+        except (OSError, MoquadError):
+            pass  # a read-only or full cache: this process keeps its own copy
+    return index, starts
+
+
+def _mapped(path: Path) -> np.ndarray:
+    """A cached index, memory-mapped read-only and advised random: lookups jump across the file, and a cold page
+    cache would otherwise read megabytes around each one (this box reads ahead 8 MB on one disk)."""
+    index = np.load(path, mmap_mode="r")
+    if hasattr(mmap, "MADV_RANDOM") and isinstance(getattr(index, "_mmap", None), mmap.mmap):
+        index._mmap.madvise(mmap.MADV_RANDOM)
+    return index
+
+
+def _decode_index(file: pq.ParquetFile, counts: np.ndarray, starts: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Fill ``out`` with the frame_offsets column, one row group at a time (its Arrow int64 lists: 2 GB at 1M)."""
+    row = 0
+    for g in range(file.num_row_groups):
+        lists = file.read_row_group(g, columns=["frame_offsets"]).column(0).combine_chunks()
+        n = len(lists)
+        if not np.array_equal(lists.value_lengths().to_numpy(zero_copy_only=False), counts[row : row + n]):
+            raise MoquadError("the manifest's frame_offsets do not hold num_frames + 1 offsets for every video; "
+                              "run `moquad verify` and re-run `moquad preprocess`")
+        at = int(starts[row]) if n else 0
+        out[at : at + int(counts[row : row + n].sum())] = lists.flatten().to_numpy()
+        row += n
+    return out
+
+
 class Split:
-    """One split's manifest as numpy arrays, with readers of its samples by offset."""
+    """One split's manifest as flat numpy arrays (no Python object per video), with readers of its samples.
+
+    Built for node-scale manifests (1M videos, 250M frames): forked loader workers share these arrays
+    copy-on-write and never write them, and no array holds Python objects whose reference counts would copy
+    a page per touched video into every worker; frame offsets are a flat uint32 index (relative to each
+    payload, so < 4 GiB), read from the Parquet file one row group at a time.
+    """
 
     def __init__(self, data_dir: Location, split: str = "train") -> None:
-        table = read_manifest(data_dir, split)
+        _, file, key = _manifest_file(data_dir, split)
         self.data_dir, self.split = data_dir if objstore.is_url(data_dir) else Path(data_dir), split
         self._prefetched: dict[int | tuple[int, int], Future] = {}  # reads in flight (stores; prefetch)
-        self.video_id = np.asarray(table.column("video_id").to_pylist(), dtype=object)
-        self.label = table.column("label").to_numpy().astype(np.int64)
-        self.class_name = table.column("class_name").to_pylist()
-        shard_names = table.column("shard").to_pylist()
-        self.shards = sorted(set(shard_names))
-        where = {s: i for i, s in enumerate(self.shards)}
-        self.shard = np.asarray([where[s] for s in shard_names], dtype=np.int64)
-        self.offset = table.column("jpgs_offset").to_numpy().astype(np.int64)
-        self.size = table.column("jpgs_size").to_numpy().astype(np.int64)
-        self.num_frames = table.column("num_frames").to_numpy().astype(np.int64)
-        self.height = table.column("height").to_numpy().astype(np.int64)
-        self.width = table.column("width").to_numpy().astype(np.int64)
-        fo = table.column("frame_offsets").combine_chunks()
-        self._fo = fo.flatten().to_numpy().astype(np.int64)
-        self._fo_start = np.asarray(fo.offsets.to_numpy()[:-1], dtype=np.int64) - int(fo.offsets[0].as_py())
-        self.checksum = table.column("checksum").to_pylist()
-        self.xxh3 = table.column("xxh3").to_pylist()
-        self.checksum_value = manifest_checksum(table)
+        names = [n for n in MANIFEST_SCHEMA.names if n not in ("frame_offsets", "source_path")]
+        table = file.read(columns=names).cast(pa.schema([MANIFEST_SCHEMA.field(n) for n in names]))
+        self._checksum_table = table.select(list(CHECKSUM_COLUMNS))  # hashed on first use (checksum_value)
+        self.video_id = _strings(table.column("video_id"))
+        self.class_name = _strings(table.column("class_name"))
+        self.label = _ints(table, "label")
+        self.shards, self.shard = _dictionary(table.column("shard"))
+        self.offset, self.size = _ints(table, "jpgs_offset"), _ints(table, "jpgs_size")
+        self.num_frames, self.height, self.width = _ints(table, "num_frames"), _ints(table, "height"), _ints(table, "width")
+        self.xxh3 = _strings(table.column("xxh3"), np.bytes_)
+        big = len(self.size) and int(self.size.max()) >= 1 << 32
+        self._fo, self._fo_start = _frame_index(file, key, self.num_frames, np.int64 if big else np.uint32)
+
+    @cached_property
+    def checksum_value(self) -> str:
+        """:func:`manifest_checksum` of the split (computed once, when first asked for)."""
+        value = manifest_checksum(self._checksum_table)
+        del self._checksum_table
+        return value
 
     def __len__(self) -> int:
         return len(self.video_id)
@@ -229,9 +367,10 @@ class Split:
         """Every shard the manifest names exists and is long enough, else ONE error pointing to verify."""
         need = np.zeros(len(self.shards), dtype=np.int64)
         np.maximum.at(need, self.shard, self.offset + self.size)
+        count = np.bincount(self.shard, minlength=len(self.shards))
         sizes = self._shard_sizes()
         for s, name in enumerate(self.shards):
-            videos = int((self.shard == s).sum())
+            videos = int(count[s])
             if sizes.get(name) is None:
                 raise MoquadError(f"shard {name} named by manifests/{self.split}.parquet is missing ({videos} "
                                   f"videos); run `moquad verify {self.data_dir}` and re-run `moquad preprocess`")
@@ -240,9 +379,10 @@ class Split:
                                   f"(>= {need[s]}); run `moquad verify {self.data_dir}`")
 
     def _shard_sizes(self) -> dict[str, int | None]:
-        """Size of every shard the manifest names (one listing per folder on a store, a stat per file locally)."""
+        """Size of every shard the manifest names (one listing per folder on a store; http(s) cannot list: a HEAD per
+        shard, all at once; a stat per file locally)."""
         if not objstore.is_url(self.data_dir) or str(self.data_dir).startswith("http"):
-            return {name: objstore.size(join(self.data_dir, name)) for name in self.shards}
+            return dict(zip(self.shards, objstore.sizes([join(self.data_dir, name) for name in self.shards])))
         listed: dict[str, dict[str, int]] = {}
         out: dict[str, int | None] = {}
         for name in self.shards:
@@ -279,7 +419,7 @@ class Split:
             read_bytes(self.shard_path(i), int(self.offset[i]), int(self.size[i]))
         if isinstance(data, Exception):
             raise data
-        if verify and xxhash.xxh3_128_hexdigest(data) != self.xxh3[i]:
+        if verify and xxhash.xxh3_128_hexdigest(data).encode() != self.xxh3[i]:
             raise BadSample("checksum mismatch")
         return data
 

@@ -61,9 +61,15 @@ class ViewParams:
 
 
 def check_config(cfg: LoaderConfig, mode: str = "moquad") -> None:
-    """Validate the loader settings that combine several fields (each field alone is checked by moquad.config)."""
+    """Validate the loader settings that combine several fields or name rows of the ops tables (each field alone is
+    checked by moquad.config; a command checks the table choices when it resolves its config, a library caller here)."""
     if mode not in MODES:
         raise ValueError(f"unknown loader mode {mode!r}; one of {', '.join(MODES)}")
+    for name, table, chosen in (("appearance_op", APPEARANCE_OPS, (cfg.appearance_op,)),
+                                ("motion_ops", MOTION_OPS, tuple(cfg.motion_ops)), ("flip", FLIP_POLICIES, (cfg.flip,))):
+        unknown = [c for c in chosen if c not in table]
+        if unknown:
+            raise ValueError(f"unknown loader.{name} {unknown[0]!r}; one of {', '.join(table)}")
     negatives = mode == "moquad" and (cfg.intra_neg or cfg.ad_intra_neg)
     if mode == "appearance" or (negatives and any(MOTION_OPS[o].second_speed for o in cfg.motion_ops)):
         if len(set(cfg.dilations)) < 2:

@@ -1,4 +1,5 @@
-"""Shared plumbing of the evaluation stage: device and ranks, paths, the checkpoint hash, the frozen-backbone check."""
+"""Shared plumbing of the evaluation stage: device and ranks, the run-folder layout, the splits a protocol uses,
+the checkpoint hash, the frozen-backbone check."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from torch import nn
 
 from moquad import dist
 from moquad.config import EvalConfig
+from moquad.data.store import Split
 from moquad.errors import MoquadError
 
 
@@ -55,15 +57,36 @@ def _sha256(path: str, size: int, mtime_ns: int, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def run_folder(checkpoint: str | Path) -> Path:
+    """The run folder a checkpoint belongs to: ``RUN`` of ``RUN/checkpoints/last.pt``, else the file's folder."""
+    ckpt = Path(checkpoint)
+    return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+
+
+def eval_folder(checkpoint: str | Path) -> Path:
+    """``RUN/eval``: where the evaluations of a checkpoint go by default (``moquad export`` reads them there)."""
+    return run_folder(checkpoint) / "eval"
+
+
 def out_dir(cfg: EvalConfig) -> Path:
     """``cfg.out``, else ``RUN/eval`` next to the checkpoint's run folder."""
     if cfg.out:
         return Path(cfg.out)
     if not cfg.checkpoint:
         raise MoquadError("no checkpoint to put the results beside; pass --out DIR")
-    ckpt = Path(cfg.checkpoint)
-    run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-    return run / "eval"
+    return eval_folder(cfg.checkpoint)
+
+
+def labelled_splits(cfg: EvalConfig, task: str) -> tuple[Split, Split]:
+    """The (train, test) splits ``cfg`` names, each with labelled videos; else the error a user acts on
+    (a protocol over 0 labelled videos gives no number, e.g. SSv2's unlabelled test split)."""
+    splits = Split(cfg.data, cfg.train_split), Split(cfg.data, cfg.test_split)
+    for split, flag in zip(splits, ("--train-split", "--test-split")):
+        if not (split.label >= 0).any():
+            raise MoquadError(f"{task} needs labelled videos, and split {split.split!r} of {cfg.data} has none "
+                              f"(0 of {len(split)}); pass {flag} with a labelled split (SSv2 and K400: val, as "
+                              "their eval recipes set)")
+    return splits
 
 
 def snapshot(module: nn.Module) -> dict[str, torch.Tensor]:

@@ -47,7 +47,7 @@ from moquad.data.augment import normalize
 from moquad.data.store import Split
 from moquad.errors import MoquadError
 from moquad.eval.clips import TrainClips, labelled
-from moquad.eval.common import checkpoint_sha256, dist_env, out_dir, resolve_device
+from moquad.eval.common import checkpoint_sha256, dist_env, labelled_splits, out_dir, resolve_device
 from moquad.eval.linear import cosine, predict_views
 from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
 from moquad.io import atomic_write_bytes
@@ -185,18 +185,17 @@ def _protocol(cfg: EvalConfig, world: int) -> dict[str, Any]:
 
 
 def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None) -> dict[str, Any]:
-    """Fine-tune (from the checkpoint, or from random init) on the train split, test on the test split; write results."""
+    """Fine-tune (from the checkpoint, or from random init) on ``cfg.train_split``, test on ``cfg.test_split``;
+    write results."""
     rank, world = dist_env()
     if cfg.finetune.batch_size % world:
         raise MoquadError(f"finetune.batch_size {cfg.finetune.batch_size} is the global batch; "
                           f"make it a multiple of {world} ranks")
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
-    train, test = Split(cfg.data, "train"), Split(cfg.data, "test")
+    train, test = labelled_splits(cfg, "fine-tuning")
     classes = store.classes(cfg.data)
     train_rows, test_rows = labelled(train), labelled(test)
-    if not len(train_rows) or not len(test_rows):
-        raise MoquadError("fine-tuning needs labelled videos in both the train and the test split")
     net, settings, source = _network(cfg, max(len(classes), int(train.label.max()) + 1))
     net = net.to(device)
     losses = _train(net, cfg, train, train_rows, device, rank, world)
@@ -212,7 +211,7 @@ def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None) -> dict[st
     if rank == 0:
         _save_model(net, classes, settings, source, model_path)
         plot_confusion(np.array(report["confusion"]), classes, png, f"fine-tuned, top-1 {100 * report['top1']:.1f}%")
-    result = provenance(cfg, {"train": train, "test": test})
+    result = provenance(cfg, train, test)
     result.update(task="finetune", protocol=_protocol(cfg, world), **report)
     result["train_loss_per_epoch"] = losses
     result["predictions"] = [{"video_id": str(test.video_id[i]), "label": int(y), "pred": int(p.argmax())}

@@ -31,7 +31,7 @@ from moquad.data import store
 from moquad.data.augment import normalize
 from moquad.data.store import Split
 from moquad.eval.clips import TestViews, TrainClips, labelled
-from moquad.eval.common import check_unchanged, out_dir, resolve_device, snapshot
+from moquad.eval.common import check_unchanged, labelled_splits, out_dir, resolve_device, snapshot
 from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
 from moquad.train.checkpoint import load_model
 from moquad.train.lars import make_optimizer
@@ -59,12 +59,12 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, num_classes: int, weight_decay: f
     return clf.cpu()
 
 
-def _fast(cfg: EvalConfig, classes: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _fast(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tuple[dict[str, Any], dict[str, Any]]:
     # imported here: Lance is not fork-safe, and the full protocol (--full) forks DataLoader workers
     from moquad.eval.features import extract, read_features
 
-    tr = read_features(extract(cfg, "train"))
-    te = read_features(extract(cfg, "test"))
+    tr = read_features(extract(cfg, train.split))
+    te = read_features(extract(cfg, test.split))
     keep_tr, keep_te = tr["label"] >= 0, te["label"] >= 0
     xtr, ytr = tr["embedding"][keep_tr].astype(np.float64), tr["label"][keep_tr]
     mean, std = xtr.mean(0), xtr.std(0) + 1e-6
@@ -103,7 +103,7 @@ def cosine(base: float, total: int) -> list[float]:
     return lr_schedule(base, 256, max(1, total), 0).tolist()
 
 
-def _cvrl(cfg: EvalConfig, classes: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _cvrl(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tuple[dict[str, Any], dict[str, Any]]:
     lc = cfg.linear
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
@@ -112,10 +112,7 @@ def _cvrl(cfg: EvalConfig, classes: list[str]) -> tuple[dict[str, Any], dict[str
     for p in backbone.parameters():
         p.requires_grad_(False)
     before = snapshot(backbone)
-    train, test = Split(cfg.data, "train"), Split(cfg.data, "test")
     train_rows, test_rows = labelled(train), labelled(test)
-    if not len(train_rows) or not len(test_rows):
-        raise ValueError("the linear probe needs labelled videos in both the train and the test split")
     n_cls = max(len(classes), int(train.label.max()) + 1)
     clf = nn.Linear(model.feat_dim, n_cls).to(device)
     opt = make_optimizer(clf, lc.optimizer, lc.lr, lc.weight_decay)
@@ -152,14 +149,11 @@ def _cvrl(cfg: EvalConfig, classes: list[str]) -> tuple[dict[str, Any], dict[str
 
 
 def linear(cfg: EvalConfig, fast: bool = True, *, json_path: str | Path | None = None) -> dict[str, Any]:
-    """Linear probe (``fast`` on cached features, else the CVRL protocol); writes JSON + tables."""
-    train_t, test_t = Split(cfg.data, "train"), Split(cfg.data, "test")
-    classes = store.classes(cfg.data)
-    if fast:
-        report, proto = _fast(cfg, classes)
-    else:
-        report, proto = _cvrl(cfg, classes)
-    result = provenance(cfg, {"train": train_t, "test": test_t})
+    """Linear probe (``fast`` on cached features, else the CVRL protocol) trained on ``cfg.train_split``, tested on
+    ``cfg.test_split``; writes JSON + tables."""
+    train, test = labelled_splits(cfg, "the linear probe")
+    report, proto = (_fast if fast else _cvrl)(cfg, store.classes(cfg.data), train, test)
+    result = provenance(cfg, train, test)
     result.update(task="linear", protocol=proto, **report)
     name = "linear_fast" if fast else "linear_cvrl"
     json_path = Path(json_path) if json_path else out_dir(cfg) / f"{name}.json"

@@ -18,6 +18,8 @@ from moquad.config import EvalConfig
 
 # the test views of every protocol that reads clips (EvalConfig's top level)
 VIEWS = ("num_clips", "frames", "dilation", "size", "crops", "out", "device")
+# the splits a protocol trains (retrieval: gallery) and tests (retrieval: queries) on
+SPLITS = ("train_split", "test_split")
 
 
 @dataclass(frozen=True)
@@ -39,14 +41,14 @@ PROTOCOLS: dict[str, Protocol] = {
                         "per-video backbone features (multi-clip average), cached as Lance",
                         (*VIEWS, "batch_size")),
     "retrieve": Protocol("moquad.eval.retrieve", "retrieve",
-                         "test videos query the train split: hit@k, and DINO's weighted kNN top-1/5",
-                         (*VIEWS, "center", "index", "knn_k", "knn_t")),
+                         "test-split videos query the train split: hit@k, and DINO's weighted kNN top-1/5",
+                         (*SPLITS, *VIEWS, "center", "index", "knn_k", "knn_t")),
     "linear": Protocol("moquad.eval.linear", "linear",
                        "linear probe on the frozen backbone (--fast: cached features; --full: CVRL on clips)",
-                       (*VIEWS, "linear.epochs", "linear.lr", "linear.batch_size")),
+                       (*SPLITS, *VIEWS, "linear.epochs", "linear.lr", "linear.batch_size")),
     "finetune": Protocol("moquad.eval.finetune", "finetune",
                          "fine-tune the whole network (from the checkpoint or random init), multi-view test",
-                         (*VIEWS, "finetune.init", "finetune.backbone", "finetune.epochs", "finetune.lr",
+                         (*SPLITS, *VIEWS, "finetune.init", "finetune.backbone", "finetune.epochs", "finetune.lr",
                           "finetune.batch_size")),
     "cam": Protocol("moquad.eval.cam", "cam", "class-activation maps over a video's frames (the paper's Fig. 5)",
                     ("frames", "size", "device")),

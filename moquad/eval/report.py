@@ -1,8 +1,8 @@
 """Results of the evaluation stage: provenance, JSON + text tables, classification metrics.
 
-Every result records three things so a number can be traced back: the protocol (the evaluation
-settings), the checkpoint (sha256 of the file) and the data (a checksum of the manifest rows used,
-``moquad.data.store.manifest_checksum``).
+Every result records four things so a number can be traced back: the protocol (the evaluation
+settings), the splits it trained and tested on (``splits``), the checkpoint (sha256 of the file) and the
+data (a checksum of the manifest rows used, ``moquad.data.store.manifest_checksum``).
 """
 
 from __future__ import annotations
@@ -22,15 +22,17 @@ from moquad.eval.common import checkpoint_sha256
 from moquad.io import atomic_write_text
 
 
-def provenance(cfg: EvalConfig, splits: dict[str, Split]) -> dict[str, Any]:
-    """The record every result carries: full eval config, checkpoint hash, manifest checksums."""
+def provenance(cfg: EvalConfig, train: Split, test: Split) -> dict[str, Any]:
+    """The record every result carries: full eval config, the splits it trained and tested on, checkpoint hash,
+    manifest checksums."""
     return {
         "config": to_dict(cfg),
+        "splits": {"train": train.split, "test": test.split},
         "checkpoint": ({"path": str(Path(cfg.checkpoint).resolve()), "sha256": checkpoint_sha256(cfg.checkpoint)}
                        if cfg.checkpoint else None),  # None: fine-tuned from random init with no checkpoint
         "data": {
             "dir": str(Path(cfg.data).resolve()),
-            "manifests": {s: {"videos": len(t), "checksum": t.checksum_value} for s, t in splits.items()},
+            "manifests": {s.split: {"videos": len(s), "checksum": s.checksum_value} for s in (train, test)},
         },
     }
 
@@ -69,6 +71,7 @@ def protocol_table(title: str, result: dict[str, Any]) -> Table:
     t.add_column("value")
     ckpt = result["checkpoint"]
     t.add_row("checkpoint", f"{ckpt['path']} (sha256 {ckpt['sha256'][:12]})" if ckpt else "none")
+    t.add_row("splits", "trained on {train}, tested on {test}".format(**result["splits"]))
     for split, m in result["data"]["manifests"].items():
         t.add_row(f"data {split}", f"{result['data']['dir']} ({m['videos']} videos, {m['checksum'][:12]})")
     for k, v in result.get("protocol", {}).items():

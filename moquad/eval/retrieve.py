@@ -1,7 +1,7 @@
 """Nearest-neighbour video retrieval (UCF101/HMDB51 protocol of Pace, RSPNet, CoCLR).
 
-Every test video queries the train split; similarity is cosine between video features;
-a query scores a hit at k when ANY of its k nearest train videos has its class.
+Every video of ``cfg.test_split`` queries ``cfg.train_split`` (the gallery); similarity is cosine between video
+features; a query scores a hit at k when ANY of its k nearest gallery videos has its class.
 
 Protocol choices, explicit:
 
@@ -25,9 +25,8 @@ import torch
 from rich.table import Table
 
 from moquad.config import EvalConfig
-from moquad.data.store import Split
 from moquad.eval.ann import lance_nearest, recall_at
-from moquad.eval.common import out_dir, resolve_device
+from moquad.eval.common import labelled_splits, out_dir, resolve_device
 from moquad.eval.features import extract, read_features
 from moquad.eval.report import protocol_table, provenance, write_result
 from moquad.eval.search import TIE_DECIMALS, as_tensor, nearest, pair_similarities, prepare
@@ -91,21 +90,20 @@ def _tables(cfg: EvalConfig, result: dict[str, Any], title: str) -> list[Table]:
     return [table, kt, protocol_table("protocol", result)]
 
 
-def retrieve(cfg: EvalConfig, json_path: str | Path | None = None, *, query_split: str = "test",
-             gallery_split: str = "train") -> dict[str, Any]:
-    """Run the retrieval protocol and weighted kNN (extracting features first when not cached); write JSON + tables."""
+def retrieve(cfg: EvalConfig, json_path: str | Path | None = None) -> dict[str, Any]:
+    """Run the retrieval protocol and weighted kNN, ``cfg.test_split`` querying ``cfg.train_split`` (extracting
+    features first when not cached); write JSON + tables."""
+    gallery, queries = labelled_splits(cfg, "retrieval")
+    query_split, gallery_split = queries.split, gallery.split
     q_path, g_path = extract(cfg, query_split), extract(cfg, gallery_split)
     qf, gf = read_features(q_path), read_features(g_path)
     keep = qf["label"] >= 0
     q, ql = prepare(qf["embedding"][keep], cfg.center), qf["label"][keep]
     g, gl = prepare(gf["embedding"], cfg.center), gf["label"]
-    if len(q) == 0:
-        raise ValueError(f"no labelled videos in split {query_split!r}; retrieval needs class labels")
     device = resolve_device(cfg.device)  # a GPU when there is one: the matmul runs where the features are
     qt, gt = torch.from_numpy(q).to(device), torch.from_numpy(g).to(device)
     exact = nearest(qt, gt, max(*cfg.ks, cfg.knn_k), cuts=[*cfg.ks, cfg.knn_k])  # exact sets at each k
-    result: dict[str, Any] = provenance(cfg, {query_split: Split(cfg.data, query_split),
-                                              gallery_split: Split(cfg.data, gallery_split)})
+    result: dict[str, Any] = provenance(cfg, gallery, queries)
     result["task"] = "retrieval"
     result["protocol"] = {
         "queries": query_split, "gallery": gallery_split, "similarity": "cosine",

@@ -51,6 +51,14 @@ def _r3d_18() -> nn.Module:
     return TorchvisionTrunk(tvv.r3d_18(weights=None), 512)
 
 
+def _mc3_18() -> nn.Module:
+    import torchvision.models.video as tvv
+
+    from moquad.models.nets import TorchvisionTrunk
+
+    return TorchvisionTrunk(tvv.mc3_18(weights=None), 512)
+
+
 def _r2plus1d_18() -> nn.Module:
     import torchvision.models.video as tvv
 
@@ -76,6 +84,7 @@ _FC = TorchvisionNames("net.", ("fc.weight", "fc.bias"), "model.fc = torch.nn.Id
 BACKBONES: dict[str, Backbone] = {
     "tiny": Backbone(_tiny, "4-layer 3D CNN (~0.1 M parameters) for tests and the CPU demo"),
     "r3d_18": Backbone(_r3d_18, "torchvision R3D-18", _FC),
+    "mc3_18": Backbone(_mc3_18, "torchvision MC3-18 (mixed 3D / 2D convolutions)", _FC),
     "r2plus1d_18": Backbone(_r2plus1d_18, "torchvision R(2+1)D-18", _FC),
     "s3d": Backbone(_s3d, "torchvision S3D (global average pool)", TorchvisionNames(
         "", ("classifier.1.weight", "classifier.1.bias"),

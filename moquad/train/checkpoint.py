@@ -142,6 +142,7 @@ def resume(cfg: PretrainConfig, path: Path, model: torch.nn.Module, optimizer: t
     if not cfg.resume:
         raise ValueError(f"{path.parent.parent} already holds a checkpoint; pass --resume to continue it or choose a new --out")
     ckpt = load(path, require=RESUME_KEYS)
+    check_global_batch(ckpt.get("config") or {}, cfg.batch_size, path)
     check_resume(ckpt.get("config") or {}, to_dict(cfg), path)
     if ckpt.get("steps_per_epoch", spe) != spe:
         raise ValueError(f"cannot resume {path}: it was trained with {ckpt['steps_per_epoch']} steps per epoch, "
@@ -152,6 +153,16 @@ def resume(cfg: PretrainConfig, path: Path, model: torch.nn.Module, optimizer: t
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
     return int(ckpt["step"])
+
+
+def check_global_batch(saved: dict[str, Any], batch_size: int, path: Path) -> None:
+    """Elastic resume: ranks and workers may change, the GLOBAL batch may not (the epoch plan slices each epoch's
+    permutation by it, so another batch would be another data order: refused rather than silently re-planned)."""
+    old = saved.get("batch_size")
+    if old is not None and old != batch_size:
+        raise MoquadError(f"cannot resume {path}: it was trained with global batch {old}, now {batch_size}; the data "
+                          f"order of every step depends on the global batch, so resume with --batch-size {old} (on any "
+                          "number of processes that divides it; per-rank batch = global / processes) or use a new --out")
 
 
 def check_resume(saved: dict[str, Any], now: dict[str, Any], path: Path) -> None:

@@ -13,7 +13,10 @@ Setup, then one function per epoch, in the style of DINO's ``main_dino.py``; the
 host syncs (``.item()``, the cross-rank mean, the NaN check) happen only at log steps and before a
 checkpoint. Checkpoints go to ``RUN/checkpoints/last.pt`` every ``ckpt_every`` steps and at each epoch
 end; ``resume`` continues from it with the same schedule and data order: the loader COMPUTES the
-batch at the resumed step (exact epochs), nothing is decoded and skipped. SIGTERM / SIGUSR1 stop every
+batch at the resumed step (exact epochs), nothing is decoded and skipped. The loader is built once per run
+(:class:`~moquad.data.pipeline.RunLoader`: manifest read and shards checked once, workers kept across epochs),
+and its plan depends on the GLOBAL batch only, so ``--resume`` on another number of ranks or workers continues
+with the same global batches; a changed global batch is refused (:func:`checkpoint.check_global_batch`). SIGTERM / SIGUSR1 stop every
 rank after the same step with a checkpoint and exit code 75 (:mod:`moquad.train.preempt`); a second
 ``pretrain`` into the same ``--out`` is refused (:mod:`moquad.lock`).
 """
@@ -43,7 +46,7 @@ from moquad.config import save as save_config
 from moquad.data.pipeline import make_loader
 from moquad.data.workers import end_workers
 from moquad.errors import MoquadError
-from moquad.io import remove_stale_temps
+from moquad.io import atomic_write_text, remove_stale_temps
 from moquad.models import build_model
 from moquad.train import checkpoint, preempt
 from moquad.train.lars import make_optimizer
@@ -115,6 +118,7 @@ class Trainer:
     data_checksum: str | None
     logger: RunLogger | None
     bad_log: Path
+    data: Any = None  # what make_loader reads: the run's RunLoader (built once, workers kept across epochs)
     progress: Any = None
     task: Any = None
 
@@ -165,7 +169,7 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
         raise ValueError(f"batch_size {cfg.batch_size} (global) must be a positive multiple of the {world} processes")
     main = rank == 0
     # ------------------------------------------------------------ data: steps per epoch
-    spe, checksum, report = _data_plan(cfg, world)
+    spe, checksum, report, data = _data_plan(cfg, info)
     # ------------------------------------------------------------ model, optimizer, schedule
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
@@ -197,28 +201,33 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
     if main:
         save_config(cfg, run / "config.yaml")
         logger = RunLogger(run, start_step=start, tensorboard=tensorboard)
+        _cut_bad_log(run / "bad_samples.jsonl", start)
     t = Trainer(cfg, info, model, core, optimizer, lrs, stages, spe, start, run, checksum, logger,
-                run / "bad_samples.jsonl")
+                run / "bad_samples.jsonl", data)
     t.progress, t.task = _progress(main and progress, t.total, start)
     return t
 
 
-def _data_plan(cfg: PretrainConfig, world: int) -> tuple[int, str, Callable[[], None]]:
-    """Steps per epoch of the exact-epoch loader, the data checksum and the start-up report to print."""
-    from moquad.data.clip_frames import unfit_counts
-    from moquad.data.epoch_plan import EpochPlan
-    from moquad.data.store import Split
+def _data_plan(cfg: PretrainConfig, info: dist.DistInfo) -> tuple[int, str, Callable[[], None], Any]:
+    """Steps per epoch of the exact-epoch loader, the data checksum, the start-up report to print and the run's
+    loader (:class:`~moquad.data.pipeline.RunLoader`: the manifest read and the shards checked once per run).
 
-    split = Split(cfg.data, cfg.split)
-    split.check_shards()
-    spe = EpochPlan(len(split), cfg.batch_size // world, world, cfg.loader.seed, 0).num_batches
+    The plan depends on the GLOBAL batch only, so a run resumed on another number of ranks or workers continues
+    with the same global batches."""
+    from moquad.data.clip_frames import unfit_counts
+    from moquad.data.pipeline import RunLoader
+
+    world = info.world_size
+    data = RunLoader(cfg.data, cfg.loader, split=cfg.split, batch_size=cfg.batch_size // world, rank=info.rank,
+                     world_size=world, pin_memory=info.device.type == "cuda")
+    split, spe = data.split, data.num_batches
     if cfg.steps_per_epoch:
         if cfg.steps_per_epoch > spe:
             raise MoquadError(f"steps_per_epoch {cfg.steps_per_epoch} exceeds the {spe} batches of {len(split)} videos at "
                               f"batch {cfg.batch_size}; an epoch uses each video at most once")
         spe = cfg.steps_per_epoch
     unfit = unfit_counts(split.num_frames, cfg.loader.frames, cfg.loader.dilations)
-    return spe, split.checksum_value, functools.partial(_report, cfg, len(split), spe, unfit)
+    return spe, split.checksum_value, functools.partial(_report, cfg, len(split), spe, unfit), data
 
 
 def _report(cfg: PretrainConfig, videos: int, spe: int, unfit: dict[int, int]) -> None:
@@ -262,12 +271,12 @@ def train_one_epoch(t: Trainer, epoch: int, keep_every_epochs: int = 0) -> None:
     mode, switches = loader_mode(cfg.method, t.stages[epoch])
     lcfg = dataclasses.replace(cfg.loader, **switches)
     first = max(0, t.start - epoch * t.spe)
-    loader = make_loader(cfg.data, lcfg, split=cfg.split, batch_size=cfg.batch_size // world, epoch=epoch,
+    loader = make_loader(t.data, lcfg, split=cfg.split, batch_size=cfg.batch_size // world, epoch=epoch,
                          rank=t.info.rank, world_size=world, start=first, num_batches=t.spe,
                          pin_memory=device.type == "cuda", mode=mode)
     from moquad.data.augment import to_model
 
-    w = _Window(device)
+    w = _Window(device, _bad_before(t, epoch, first))  # a mid-epoch resume goes on counting the epoch's skips
     batches = iter(loader)
     for step in range(epoch * t.spe + first, (epoch + 1) * t.spe):
         t0 = time.perf_counter()
@@ -318,6 +327,29 @@ class _Window:
             code = torch.where(torch.isnan(vals[0]), 1.0, torch.where(vals[0] > 0, 2.0, 3.0))  # nan, inf, -inf
             self.nonfinite = torch.where(new, torch.stack([torch.full_like(code, step), code]), self.nonfinite)
         self.clips += clips
+
+
+def _cut_bad_log(path: Path, start: int) -> None:
+    """On resume, keep the skips of the steps the checkpoint holds (those after it are redone and recorded again)."""
+    if path.is_file():
+        kept = [line for line in path.read_text().splitlines(keepends=True) if _step_of(line) <= start]
+        atomic_write_text(path, "".join(kept))
+
+
+def _step_of(line: str) -> int:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return 1 << 62  # a torn last line of a killed run: dropped
+
+
+def _bad_before(t: Trainer, epoch: int, first: int) -> int:
+    """Skips of this epoch's steps before ``first`` (a mid-epoch resume), counted once: on rank 0 (ranks' counts
+    are summed at log steps)."""
+    if first == 0 or t.info.rank != 0 or not t.bad_log.is_file():
+        return 0
+    lo, hi = epoch * t.spe, epoch * t.spe + first
+    return sum(lo < _step_of(line) <= hi for line in t.bad_log.read_text().splitlines())
 
 
 def _record_bad(t: Trainer, bad: list[dict], step: int) -> int:

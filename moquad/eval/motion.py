@@ -1,0 +1,491 @@
+"""The motion report: does a frozen video encoder react to motion, or only to appearance?
+
+Each video of a split gives ONE clip (``frames`` frames at ``dilation``, centred: the evaluation clip rule of
+:mod:`moquad.data.clip_frames`) and controlled variants of it (:data:`TRANSFORMS`): the same frames under another
+crop (the reference: an appearance-preserving change every encoder is trained to ignore), played backwards, at
+2x and 4x speed, mirrored, and still (its middle frame repeated). Every encoder (:data:`ENCODERS`: moquad
+checkpoints, exported safetensors, torchvision video models) sees exactly the same pixels, normalised as
+:func:`moquad.data.augment.normalize` (torchvision's Kinetics mean / std). From the pooled features:
+
+- **arrow of time**: top-1 of a logistic regression (:func:`moquad.eval.linear.fit_logistic`) telling a clip from
+  its reversal, trained on half of the videos and tested on the other half (chance 50 %); and the feature
+  distance clip <-> reversed divided by clip <-> another crop (0: blind to the arrow; 1: as different as a crop);
+- **speed**: the same for 1x / 2x / 4x (a 3-way classifier, chance 33 %; distance ratios of 2x and 4x);
+- **mirror**: distance ratio of the horizontal flip;
+- **appearance share**: cosine similarity of a clip and its still version (1: the feature is what one frame shows);
+- **direction pairs** (labelled splits): for class pairs that differ only by direction (:data:`PAIRS` or the
+  user's), the share of the pair's videos whose kNN vote (:func:`moquad.eval.retrieve.knn_classify`,
+  leave-one-out among the pair's videos) goes to the partner class (0: told apart; 50 %: direction-blind).
+
+Distances are cosine distances after subtracting the mean clip feature of the split (so a feature offset every
+video shares does not count as similarity). Videos too short for the 4x clip use the stretched clip of the
+clip rule (counted in the result as ``short_videos``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.progress import Progress
+from rich.table import Table
+from torch import nn
+
+from moquad.data.augment import normalize
+from moquad.data.clip_frames import clip_span, uniform_clips
+from moquad.data.store import Split, read_info
+from moquad.errors import MoquadError
+from moquad.eval.clips import resize_short, spatial_crops
+
+# ----------------------------------------------------------------------------- the transforms
+
+
+def centred(num_frames: int, frames: int, dilation: int) -> np.ndarray:
+    """Frame indices of the video's centred clip (the evaluation clip rule, one clip)."""
+    return uniform_clips(num_frames, frames, dilation, 1)[0]
+
+
+def centre_crop(x: torch.Tensor, size: int) -> torch.Tensor:
+    """uint8 frames (T, H, W, 3) -> uint8 (3, T, size, size): short side to ``size``, centre square (as extract)."""
+    return spatial_crops(x, size, 1)[0]
+
+
+def corner_crop(x: torch.Tensor, size: int) -> torch.Tensor:
+    """Another crop of the same frames: the top-left square covering 64 % of the short side's square (short side
+    to 1.25 x size), the kind of crop pre-training draws (random-resized crops) and teaches to ignore."""
+    y = resize_short(x, round(size * 1.25))[:, :, :size, :size]
+    return y.round().clamp(0, 255).to(torch.uint8)
+
+
+def mirror_crop(x: torch.Tensor, size: int) -> torch.Tensor:
+    """The centre crop, flipped left <-> right."""
+    return centre_crop(x, size).flip(-1)
+
+
+@dataclass(frozen=True)
+class Transform:
+    """One variant of a clip: which frames (num_frames, frames, dilation -> indices) and which crop."""
+
+    frames: Callable[[int, int, int], np.ndarray]
+    crop: Callable[[torch.Tensor, int], torch.Tensor]
+    description: str
+
+
+# name -> the variant; "clip" is the reference every other one is compared with, "crop" the appearance yardstick
+TRANSFORMS: dict[str, Transform] = {
+    "clip": Transform(centred, centre_crop, "the centred clip, centre crop"),
+    "crop": Transform(centred, corner_crop, "the same frames, another crop (top-left, 64 % of the area)"),
+    "reversed": Transform(lambda n, t, d: centred(n, t, d)[::-1].copy(), centre_crop, "the clip played backwards"),
+    "speed2": Transform(lambda n, t, d: centred(n, t, 2 * d), centre_crop, "2x speed: the centred clip at 2 x dilation"),
+    "speed4": Transform(lambda n, t, d: centred(n, t, 4 * d), centre_crop, "4x speed: the centred clip at 4 x dilation"),
+    "mirror": Transform(centred, mirror_crop, "the clip flipped horizontally"),
+    "still": Transform(lambda n, t, d: np.repeat(centred(n, t, d)[t // 2], t), centre_crop,
+                       "the clip's middle frame repeated (no motion)"),
+}
+VIEWS = tuple(TRANSFORMS)
+SPEEDS = ("clip", "speed2", "speed4")  # the speed classifier's classes: 1x, 2x, 4x
+
+
+def video_views(split: Split, i: int, frames: int, dilation: int, size: int) -> torch.Tensor:
+    """Every :data:`TRANSFORMS` view of video ``i`` -> uint8 (views, 3, frames, size, size); each frame decoded once."""
+    n = int(split.num_frames[i])
+    idx = {name: tr.frames(n, frames, dilation) for name, tr in TRANSFORMS.items()}
+    uniq = np.unique(np.concatenate(list(idx.values())))
+    decoded = torch.from_numpy(split.read_frames(i, uniq))
+    return torch.stack([tr.crop(decoded[np.searchsorted(uniq, idx[name])], size) for name, tr in TRANSFORMS.items()])
+
+
+class MotionViews(torch.utils.data.Dataset):
+    """(row, :func:`video_views`) of each video of ``rows`` (a DataLoader decodes them in workers)."""
+
+    def __init__(self, split: Split, rows: Sequence[int], frames: int, dilation: int, size: int):
+        self.split, self.rows, self.args = split, list(rows), (frames, dilation, size)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, k: int) -> tuple[int, torch.Tensor]:
+        return self.rows[k], video_views(self.split, self.rows[k], *self.args)
+
+
+# ----------------------------------------------------------------------------- the direction pairs
+
+
+# name -> class pairs that differ only by the direction (or the arrow) of their motion; a pair counts when the
+# split's class list holds both names (case-insensitive)
+PAIRS: dict[str, list[tuple[str, str]]] = {
+    "ssv2": [
+        ("Pushing something from left to right", "Pushing something from right to left"),
+        ("Pulling something from left to right", "Pulling something from right to left"),
+        ("Moving something up", "Moving something down"),
+        ("Moving something towards the camera", "Moving something away from the camera"),
+        ("Moving something and something closer to each other", "Moving something and something away from each other"),
+        ("Approaching something with your camera", "Moving away from something with your camera"),
+        ("Turning the camera left while filming something", "Turning the camera right while filming something"),
+        ("Turning the camera upwards while filming something", "Turning the camera downwards while filming something"),
+        ("Opening something", "Closing something"),
+        ("Folding something", "Unfolding something"),
+        ("Covering something with something", "Uncovering something"),
+        ("Putting something into something", "Taking something out of something"),
+    ],
+    "synth-directions": [("Up", "Down"), ("ZoomIn", "ZoomOut"), ("Left", "Right"), ("Clockwise", "CounterClockwise")],
+}
+
+
+def parse_pair(text: str) -> tuple[str, str]:
+    """``"A|B"`` -> (A, B)."""
+    parts = [p.strip() for p in text.split("|")]
+    if len(parts) != 2 or not all(parts):
+        raise MoquadError(f"--pair {text!r}: give two class names separated by '|', e.g. "
+                          "'Moving something up|Moving something down'")
+    return parts[0], parts[1]
+
+
+def resolve_pairs(classes: Sequence[str], user: Sequence[tuple[str, str]]) -> list[tuple[int, int]]:
+    """Label pairs to measure: the user's (each class must exist) plus every built-in pair the split holds."""
+    where = {c.lower(): k for k, c in enumerate(classes)}
+    out: list[tuple[int, int]] = []
+    for a, b in user:
+        missing = [c for c in (a, b) if c.lower() not in where]
+        if missing:
+            raise MoquadError(f"--pair: class {missing[0]!r} is not in this dataset's classes "
+                              f"({', '.join(list(classes)[:8])}{', ...' if len(classes) > 8 else ''})")
+        out.append((where[a.lower()], where[b.lower()]))
+    for pairs in PAIRS.values():
+        out += [(where[a.lower()], where[b.lower()]) for a, b in pairs if a.lower() in where and b.lower() in where]
+    return list(dict.fromkeys(out))
+
+
+# ----------------------------------------------------------------------------- the encoders
+
+
+@dataclass
+class Encoder:
+    """A frozen feature network (clips (N, 3, T, H, W) -> (N, D)) and where it came from."""
+
+    label: str
+    net: nn.Module
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+TORCHVISION_ARCHS = ("r3d_18", "mc3_18", "r2plus1d_18", "s3d")  # torchvision.models.video names a weights file fits
+
+
+def _into_backbone(arch: str, sd: dict[str, torch.Tensor], torchvision_names: bool, model_input: str,
+                   path: Path) -> nn.Module:
+    """moquad's ``build_backbone(arch, model_input)`` with ``sd`` loaded strictly (torchvision's classifier keys,
+    absent from moquad's trunk, are dropped; their names come from the backbone table)."""
+    from moquad.models import BACKBONES, build_backbone
+
+    net, _ = build_backbone(arch, model_input)
+    names = BACKBONES[arch].torchvision
+    if torchvision_names and names is not None:
+        sd = {names.prefix + k: v for k, v in sd.items() if k not in names.head}
+    try:
+        net.load_state_dict(sd)
+    except RuntimeError as e:
+        detail = " ".join(str(e).split())[:200]
+        raise MoquadError(f"{path}: its weights do not fit torchvision's / moquad's {arch}: {detail}") from e
+    return net
+
+
+def _checkpoint_encoder(path: Path, arch: str | None) -> tuple[nn.Module, dict[str, Any]]:
+    """A ``moquad pretrain`` checkpoint (RUN/checkpoints/last.pt): its backbone."""
+    from moquad.train.checkpoint import load_model
+
+    model, ckpt = load_model(path)
+    cfg = ckpt["config"]
+    return model.backbone, {"backbone": cfg["backbone"], "method": cfg.get("method"), "epoch": ckpt.get("epoch"),
+                            "model_input": cfg.get("model_input", "rgb"), "loader": cfg.get("loader") or {}}
+
+
+def _safetensors_encoder(path: Path, arch: str | None) -> tuple[nn.Module, dict[str, Any]]:
+    """A ``moquad export --format safetensors`` file; the architecture from its metadata, the input from its card."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from moquad.models import BACKBONES
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
+        sd = load_file(str(path))
+    except Exception as e:  # any parse failure of a user-supplied file
+        raise MoquadError(f"{path} is not a readable safetensors file ({type(e).__name__}); re-run moquad export") from e
+    arch = arch or meta.get("architecture")
+    if arch not in BACKBONES:
+        raise MoquadError(f"{path} names no known architecture ({arch!r}); pass ARCH:{path} (one of "
+                          f"{', '.join(BACKBONES)})")
+    card = path.with_suffix(".json")
+    cfg = json.loads(card.read_text()).get("pretrain_config", {}) if card.is_file() else {}
+    model_input = cfg.get("model_input", "rgb")
+    net = _into_backbone(arch, sd, BACKBONES[arch].torchvision is not None, model_input, path)
+    return net, {"backbone": arch, "method": cfg.get("method"), "model_input": model_input,
+                 "loader": cfg.get("loader") or {}, "card": str(card) if card.is_file() else None}
+
+
+def _torchvision_encoder(path: Path, arch: str | None) -> tuple[nn.Module, dict[str, Any]]:
+    """A state dict of ``torchvision.models.video.<arch>`` (with or without its classifier), e.g. torchvision's
+    Kinetics weights or ``moquad export --format torchvision``."""
+    from moquad.train.checkpoint import load
+
+    sd = load(path, require=())
+    sd = sd.get("state_dict", sd) if isinstance(sd.get("state_dict"), dict) else sd
+    return _into_backbone(str(arch), sd, True, "rgb", path), {"backbone": arch, "method": "torchvision weights"}
+
+
+# kind -> loader (path, architecture or None) -> (backbone, info); the kind comes from the spec (:func:`parse_spec`)
+ENCODERS: dict[str, Callable[[Path, str | None], tuple[nn.Module, dict[str, Any]]]] = {
+    "checkpoint": _checkpoint_encoder,
+    "safetensors": _safetensors_encoder,
+    "torchvision": _torchvision_encoder,
+}
+
+
+def parse_spec(spec: str) -> tuple[str, str, str | None, Path]:
+    """``[LABEL=][ARCH:]PATH`` -> (label, kind, arch, path). ARCH (a torchvision video model) marks a torchvision
+    weights file; a ``.safetensors`` path is an export; anything else a moquad checkpoint. Default label: the run
+    folder's name (RUN/checkpoints/last.pt) or the file's stem."""
+    label, _, rest = spec.rpartition("=") if "=" in spec else ("", "", spec)
+    arch, _, file = rest.partition(":") if rest.split(":", 1)[0] in TORCHVISION_ARCHS else ("", "", rest)
+    path = Path(file)
+    if not path.is_file():
+        raise MoquadError(f"encoder {spec!r}: {path} not found; give RUN/checkpoints/last.pt, an exported "
+                          f".safetensors, or ARCH:WEIGHTS.pth with ARCH one of {', '.join(TORCHVISION_ARCHS)}")
+    kind = "torchvision" if arch else "safetensors" if path.suffix == ".safetensors" else "checkpoint"
+    default = path.parent.parent.name if path.parent.name == "checkpoints" else path.stem
+    return label or default, kind, arch or None, path
+
+
+def load_encoder(spec: str) -> Encoder:
+    """The frozen backbone a spec names (:func:`parse_spec`), in eval mode."""
+    label, kind, arch, path = parse_spec(spec)
+    net, info = ENCODERS[kind](path, arch)
+    return Encoder(label, net.eval(), {"kind": kind, "path": str(path.resolve()), **info})
+
+
+# ----------------------------------------------------------------------------- features and measures
+
+
+@torch.inference_mode()
+def transform_features(encoders: Sequence[Encoder], split: Split, rows: Sequence[int], frames: int, dilation: int,
+                       size: int, batch_size: int = 16, workers: int = 0, device: str | torch.device = "cpu",
+                       show: bool = True) -> dict[str, np.ndarray]:
+    """{label: float32 (videos, views, D)}: every encoder's pooled feature of every view of every video; each
+    network's weights and BN statistics are checked unchanged afterwards (as extraction does)."""
+    from moquad.eval.common import check_unchanged, snapshot
+
+    nets = {e.label: e.net.to(device).eval() for e in encoders}
+    before = {label: snapshot(net) for label, net in nets.items()}
+    loader = torch.utils.data.DataLoader(MotionViews(split, rows, frames, dilation, size), batch_size=None,
+                                         num_workers=workers)
+    out: dict[str, list[np.ndarray]] = {label: [] for label in nets}
+    with Progress(disable=not show, transient=True) as progress:
+        task = progress.add_task(f"motion report: {len(nets)} encoder(s) x {len(VIEWS)} views", total=len(rows))
+        for _, views in loader:
+            x = normalize(views, device)
+            for label, net in nets.items():
+                f = [net(x[s : s + batch_size]).float() for s in range(0, len(x), batch_size)]
+                out[label].append(torch.cat(f).cpu().numpy())
+            progress.advance(task)
+    for label, net in nets.items():
+        check_unchanged(net, before[label], f"encoder {label}")
+    return {label: np.stack(v) for label, v in out.items()}
+
+
+def centred_unit(f: np.ndarray) -> np.ndarray:
+    """(videos, views, D) minus the mean clip feature of the split, then L2-normalised (zero stays zero)."""
+    z = f.astype(np.float64) - f[:, VIEWS.index("clip")].astype(np.float64).mean(0)
+    return z / np.maximum(np.linalg.norm(z, axis=-1, keepdims=True), 1e-12)
+
+
+def held_out_accuracy(groups: Sequence[np.ndarray], seed: int, l2: float = 1e-4) -> float | None:
+    """Top-1 of a logistic regression telling ``groups`` apart (group k: (videos, D) features of class k), fitted on a
+    seeded half of the videos and tested on the other half (the same videos for every class: nothing of a test
+    video is seen in training). Features standardised with the training mean / std."""
+    from moquad.eval.linear import fit_logistic
+
+    n = len(groups[0])
+    perm = np.random.default_rng(seed).permutation(n)
+    train, test = perm[: max(1, n // 2)], perm[max(1, n // 2):]
+    if len(test) == 0:
+        return None
+    k = len(groups)
+    xtr = np.concatenate([g[train] for g in groups]).astype(np.float64)
+    mean, std = xtr.mean(0), xtr.std(0) + 1e-6
+    clf = fit_logistic((xtr - mean) / std, np.repeat(np.arange(k), len(train)), k, l2)
+    xte = np.concatenate([g[test] for g in groups]).astype(np.float64)
+    with torch.no_grad():
+        pred = clf(torch.as_tensor((xte - mean) / std)).argmax(1).numpy()
+    return float((pred == np.repeat(np.arange(k), len(test))).mean())
+
+
+def distances(f: np.ndarray) -> dict[str, Any]:
+    """Mean centred cosine distance clip <-> each view, the same divided by clip <-> another crop (``ratio``), the
+    distance between different videos' clips (scale), and the appearance share (cosine clip <-> still)."""
+    z = centred_unit(f)
+    c = VIEWS.index("clip")
+    dist = {name: float((1 - (z[:, c] * z[:, j]).sum(-1)).mean()) for j, name in enumerate(VIEWS) if name != "clip"}
+    sim, n = z[:, c] @ z[:, c].T, len(z)
+    other = float(1 - (sim.sum() - np.trace(sim)) / (n * (n - 1))) if n > 1 else None
+    ref = dist["crop"]
+    ratio = {name: (d / ref if ref > 1e-12 else None) for name, d in dist.items() if name != "crop"}
+    return {"distance": dist, "ratio_to_crop": ratio, "distance_other_video": other,
+            "appearance_share": 1.0 - dist["still"]}
+
+
+def pair_confusion(clip_feats: np.ndarray, labels: np.ndarray, pairs: Sequence[tuple[int, int]], classes: Sequence[str],
+                   k: int = 10, t: float = 0.07) -> dict[str, Any]:
+    """Per direction pair (a, b): the share of its videos whose weighted kNN vote (DINO's, leave-one-out among the
+    pair's videos, centred cosine) goes to the partner class; and the mean over pairs. 0.5 = direction-blind."""
+    from moquad.eval.retrieve import knn_classify
+    from moquad.eval.search import nearest, prepare
+
+    per: dict[str, float] = {}
+    for a, b in pairs:
+        rows = np.flatnonzero((labels == a) | (labels == b))
+        if len(rows) < 3 or not ((labels[rows] == a).any() and (labels[rows] == b).any()):
+            continue
+        x = prepare(clip_feats[rows], center=True)
+        kk = min(k, len(rows) - 1)
+        nn_self = nearest(x, x, kk + 1)
+        nn_loo = np.stack([[j for j in r if j != q][:kk] for q, r in enumerate(nn_self)])
+        y = (labels[rows] == b).astype(np.int64)
+        per[f"{classes[a]} | {classes[b]}"] = 1.0 - knn_classify(x, x, nn_loo, y, y, kk, t)["knn_top1"]
+    return {"pairs": per, "mean": float(np.mean(list(per.values()))) if per else None, "k": k, "t": t}
+
+
+def measure(f: np.ndarray, seed: int) -> dict[str, Any]:
+    """Every transform measure of one encoder's features (videos, views, D)."""
+    v = {name: f[:, j] for j, name in enumerate(VIEWS)}
+    return {"arrow_of_time_top1": held_out_accuracy([v["clip"], v["reversed"]], seed),
+            "speed_top1": held_out_accuracy([v[s] for s in SPEEDS], seed), **distances(f)}
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def pick_split(data: str | Path, split: str | None) -> str:
+    """``split``, else the held-out split of the dataset (test, then val / validation), else train."""
+    have = list(read_info(data).get("splits", {}))
+    if split is not None:
+        if split not in have:
+            raise MoquadError(f"split {split!r} is not in {data} (it has {', '.join(have) or 'none'})")
+        return split
+    return next((s for s in ("test", "val", "validation", "train") if s in have), have[0] if have else "train")
+
+
+def geometry(encoders: Sequence[Encoder], frames: int | None, size: int | None) -> tuple[int, int]:
+    """Clip frames and crop size: as given, else the first encoder's pre-training clip, else 16 x 112."""
+    loader = next((e.info.get("loader") for e in encoders if e.info.get("loader")), {}) or {}
+    return int(frames or loader.get("frames") or 16), int(size or loader.get("size") or 112)
+
+
+def motion_report(data: str | Path, encoders: Sequence[Encoder], *, split: str | None = None, frames: int | None = None,
+                  size: int | None = None, dilation: int = 1, max_videos: int | None = None,
+                  pairs: Sequence[tuple[str, str]] = (), knn_k: int = 10, seed: int = 0, batch_size: int = 16,
+                  workers: int = 0, device: str = "cpu", show: bool = True, threads: int | None = None
+                  ) -> dict[str, Any]:
+    """Features of every encoder under every transform -> the result (protocol, per-encoder measures).
+    ``threads``: CPU threads of torch while it runs (1 on a busy box: small ops wait less at barriers)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        return _report(data, encoders, split, frames, size, dilation, max_videos, pairs, knn_k, seed, batch_size,
+                       workers, device, show)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _report(data: str | Path, encoders: Sequence[Encoder], split: str | None, frames: int | None, size: int | None,
+            dilation: int, max_videos: int | None, pairs: Sequence[tuple[str, str]], knn_k: int, seed: int,
+            batch_size: int, workers: int, device: str, show: bool) -> dict[str, Any]:
+    t0 = time.time()
+    split = pick_split(data, split)
+    sp = Split(data, split)
+    sp.check_shards()
+    if len({e.label for e in encoders}) != len(encoders) or not encoders:
+        raise MoquadError("give one or more encoders with distinct labels (LABEL=PATH)")
+    frames, size = geometry(encoders, frames, size)
+    classes = list(read_info(data).get("classes", []))
+    pair_ids = resolve_pairs(classes, pairs)
+    if pairs and not (sp.label >= 0).any():
+        raise MoquadError(f"--pair needs labelled videos; split {split!r} of {data} has no labels")
+    rows = np.arange(len(sp))
+    if max_videos is not None and len(rows) > max_videos:
+        rows = np.sort(np.random.default_rng(seed).choice(rows, max_videos, replace=False))
+    if len(rows) < 2:
+        raise MoquadError(f"split {split!r} of {data} has {len(rows)} video(s); the report needs at least 2")
+    feats = transform_features(encoders, sp, rows.tolist(), frames, dilation, size, batch_size, workers, device, show)
+    results = {}
+    for e in encoders:
+        results[e.label] = {**measure(feats[e.label], seed), "feature_dim": int(feats[e.label].shape[-1]),
+                            "encoder": e.info}
+        if pair_ids:
+            results[e.label]["direction_pairs"] = pair_confusion(feats[e.label][:, 0], sp.label[rows], pair_ids,
+                                                                 classes, knn_k)
+    short = int((sp.num_frames[rows] < clip_span(frames, 4 * dilation)).sum())
+    return {"task": "motion", "data": {"dir": str(Path(data).resolve()), "split": split, "videos": len(rows),
+                                       "manifest_checksum": sp.checksum_value},
+            "protocol": protocol(frames, dilation, size, seed, knn_k, short), "encoders": results,
+            "seconds": round(time.time() - t0, 1)}
+
+
+def protocol(frames: int, dilation: int, size: int, seed: int, knn_k: int, short: int) -> dict[str, Any]:
+    """What the numbers mean (recorded in the JSON)."""
+    return {"clip": f"{frames} frames at dilation {dilation}, centred in the video (moquad.data.clip_frames)",
+            "frames": frames, "dilation": dilation, "size": size,
+            "views": {name: tr.description for name, tr in TRANSFORMS.items()},
+            "normalize": "moquad.data.augment.normalize (Kinetics mean / std)",
+            "feature": "backbone pooled feature (before any projection head), eval mode",
+            "distance": "cosine distance after subtracting the split's mean clip feature, mean over videos",
+            "ratio_to_crop": "distance clip <-> view / distance clip <-> crop (0: invariant; 1: as a crop)",
+            "appearance_share": "1 - distance clip <-> still (1: the feature is what one frame shows)",
+            "classifiers": f"logistic regression (L-BFGS), train on a seed-{seed} half of the videos, test on the "
+                           "other half; arrow of time: clip vs reversed (chance 0.5); speed: 1x/2x/4x (chance 1/3)",
+            "direction_pairs": f"weighted kNN (k={knn_k}, T=0.07), leave-one-out among the pair's videos: share "
+                               "voted to the partner class (0.5: direction-blind)",
+            "short_videos": short, "short_videos_rule": "shorter than the 4x clip: stretched (clip rule)"}
+
+
+COLUMNS = {  # table column -> (value of one encoder's result, format)
+    "arrow top-1": (lambda r: r["arrow_of_time_top1"], "{:.1%}"),
+    "reversed / crop": (lambda r: r["ratio_to_crop"]["reversed"], "{:.2f}"),
+    "speed top-1": (lambda r: r["speed_top1"], "{:.1%}"),
+    "2x / crop": (lambda r: r["ratio_to_crop"]["speed2"], "{:.2f}"),
+    "4x / crop": (lambda r: r["ratio_to_crop"]["speed4"], "{:.2f}"),
+    "mirror / crop": (lambda r: r["ratio_to_crop"]["mirror"], "{:.2f}"),
+    "appearance share": (lambda r: r["appearance_share"], "{:.2f}"),
+    "pair confusion": (lambda r: (r.get("direction_pairs") or {}).get("mean"), "{:.1%}"),
+}
+
+
+def table(result: dict[str, Any]) -> Table:
+    """One row per encoder, one column per measure (:data:`COLUMNS`)."""
+    d, p = result["data"], result["protocol"]
+    t = Table(title=f"Motion report: {d['videos']} videos of {d['split']} ({p['frames']} frames, {p['size']} px); "
+                    "chance: arrow 50%, speed 33%, pair confusion 50%; ratios: 1 = as different as another crop")
+    t.add_column("encoder", no_wrap=True)
+    for name in COLUMNS:
+        t.add_column(name, justify="right", max_width=10)
+    for label, r in result["encoders"].items():
+        cells = [COLUMNS[c][0](r) for c in COLUMNS]
+        t.add_row(label, *["–" if v is None else COLUMNS[c][1].format(v) for c, v in zip(COLUMNS, cells)])
+    return t
+
+
+def write_report(result: dict[str, Any], out: str | Path) -> tuple[Path, Path]:
+    """OUT/motion.json (+ .txt, the table) and OUT/motion.png; the table is printed."""
+    from moquad.eval.motion_plot import plot
+    from moquad.eval.report import write_result
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = write_result(result, out / "motion.json", [table(result)])
+    return path, plot(result, out / "motion.png")
