@@ -312,7 +312,7 @@ class PretrainConfig:
     data: str = ""
     out: str = "runs/pretrain"
     split: str = "train"
-    method: str = rule("moquad", choices=("moquad", "simclr", "simclr_classic"))  # see moquad.train.loop
+    method: str = rule("moquad")  # a row of moquad.train.methods.METHODS
     backbone: str = "r3d_18"  # a row of moquad.models.backbones.BACKBONES
     model_input: str = "rgb"  # moquad.models.backbones.INPUTS; diff: the backbone sees frame differences
     proj_dim: int = rule(128, ge=1)

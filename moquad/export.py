@@ -1,7 +1,7 @@
 """Export a pre-trained backbone for use outside moquad, with a JSON model card beside it.
 
 ``--format torchvision`` (the backbones with ``torchvision`` names in ``moquad.models.BACKBONES``:
-r3d_18, r2plus1d_18, s3d): a ``torch.save``'d state dict under
+r3d_18, mc3_18, r2plus1d_18, s3d): a ``torch.save``'d state dict under
 torchvision's key names. The classifier head is NOT in it (MoQuad pre-trains no classifier;
 neither is the contrastive projection head exported), so load it into a headless model::
 

@@ -32,6 +32,7 @@ from moquad.models.backbones import BACKBONES, INPUTS  # the backbone and input 
 from moquad.preprocess.datasets import DATASETS
 from moquad.preprocess.engines import ENGINES
 from moquad.recipes import load_recipe
+from moquad.train.methods import METHODS
 
 T = TypeVar("T")
 
@@ -44,6 +45,7 @@ CHOICES: dict[tuple[type, str], Mapping[str, Any]] = {
     (LoaderConfig, "flip"): FLIP_POLICIES,
     (PretrainConfig, "backbone"): BACKBONES,
     (PretrainConfig, "model_input"): INPUTS,
+    (PretrainConfig, "method"): METHODS,
     (FinetuneConfig, "backbone"): BACKBONES,
 }
 

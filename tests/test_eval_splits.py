@@ -141,3 +141,21 @@ def test_retrieval_queries_the_test_split_it_is_given(bench, tmp_path):
     assert (res["protocol"]["queries"], res["protocol"]["gallery"]) == ("val", "train")
     assert (res["queries"], res["gallery"]) == (len(expect["val"]), len(expect["train"]))
     assert res["top5"] == 1.0  # 2 classes, every one in the 4-video gallery: a hit within 5
+
+
+def test_the_motion_report_runs_on_the_real_clips(bench, tmp_path):
+    """`moquad motion` on the real clips (SSv2 layout: its built-in pair Pushing left to right / right to left)."""
+    name, data, expect, ckpt = bench
+    if name != "ssv2":
+        pytest.skip("one layout is enough: the report reads any preprocessed split")
+    out = tmp_path / "motion"
+    _run("motion", "--data", data, f"random={ckpt}", "--split", "train", "--frames", "4", "--size", "32",
+         "--knn-k", "1", "--out", out)
+    res = json.loads((out / "motion.json").read_text())
+    enc = res["encoders"]["random"]
+    assert 0.0 <= enc["arrow_of_time_top1"] <= 1.0 and 0.0 <= enc["speed_top1"] <= 1.0
+    assert enc["ratio_to_crop"]["reversed"] > 0 and -1.0 <= enc["appearance_share"] <= 1.0
+    assert (out / "motion.png").stat().st_size > 10_000 and (out / "motion.txt").is_file()
+    pairs = enc["direction_pairs"]  # the built-in SSv2 pair, measured leave-one-out over the 4 train videos (k=1)
+    confusion = pairs["pairs"][f"{SSV2_CLASSES[0]} | {SSV2_CLASSES[1]}"]
+    assert pairs["mean"] == confusion and (4 * confusion).is_integer() and 0 <= confusion <= 1

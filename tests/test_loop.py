@@ -21,6 +21,7 @@ from moquad.config import LoaderConfig, PretrainConfig
 from moquad.train import loop
 from moquad.train.checkpoint import load, load_model
 from moquad.train.log import read_log
+from moquad.train.methods import METHODS
 from moquad.train.plot import plot_run
 
 
@@ -394,7 +395,7 @@ def test_baseline_ladder_views_and_loss(coded_shards, method, switches, names, d
     from moquad.models import build_model
     from moquad.train.losses import moquad_loss
 
-    mode, forced = loop.loader_mode(method, "moquad")
+    mode, forced = METHODS[method].loader_mode("moquad")
     lcfg = LoaderConfig(frames=4, size=32, workers=0, **{**switches, **forced})
     batch = next(iter(make_loader(coded_shards, lcfg, batch_size=4, debug=True, mode=mode)))
     assert batch["view_names"] == names

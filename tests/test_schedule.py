@@ -34,15 +34,7 @@ def test_schedule_edge_cases():
         lr_schedule(1.0, 256, 0, 0)
 
 
-def test_algorithm1_stages_and_the_methods_views():
-    from moquad.train.loop import loader_mode
-
-    assert loader_mode("moquad", "appearance") == ("appearance", {})
-    assert loader_mode("moquad", "moquad") == ("moquad", {})
-    off = {"ad_pos": False, "intra_neg": False, "ad_intra_neg": False}
-    assert loader_mode("simclr", "moquad") == ("moquad", off)  # the ladder's base: no quadruple parts
-    assert loader_mode("simclr", "appearance") == ("appearance", {})  # same warm-up as moquad
-    assert loader_mode("simclr_classic", "moquad") == ("pair", {})
+def test_algorithm1_stages():
     modes = stage_per_epoch(200, 0.2)
     assert modes.count("appearance") == 40 and modes[:40] == ["appearance"] * 40 and modes[40] == "moquad"
     assert stage_per_epoch(3, 0.2) == ["appearance", "moquad", "moquad"]

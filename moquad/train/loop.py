@@ -1,13 +1,6 @@
 """``moquad pretrain``: Algorithm 1 of the paper on one process or many (torchrun).
 
-Methods (``cfg.method``), each a rung of the paper's Table 4 ladder or the classic baseline:
-  - ``moquad``: epochs ``e < warmup_ratio * epochs`` train the appearance task (Eq. 3, loader mode
-    ``appearance``), the rest MoQuad's quadruple (Eq. 1 / Eq. 4, mode ``moquad``, the ablation switches
-    ``loader.ad_pos / intra_neg / ad_intra_neg`` as configured);
-  - ``simclr``: the SimCLR BASE of the ladder: exactly ``moquad`` with the three switches off (anchor +
-    plain positive at the same random speed, the same one-directional loss, warm-up and mining), so each
-    rung of the ladder changes one thing;
-  - ``simclr_classic``: SimCLR as published: two clips at ``loader.simclr_dilation``, symmetric NT-Xent.
+Methods (``cfg.method``): the table :data:`moquad.train.methods.METHODS`.
 
 Setup, then one function per epoch, in the style of DINO's ``main_dino.py``; the step is nanoGPT's:
 host syncs (``.item()``, the cross-rank mean, the NaN check) happen only at log steps and before a
@@ -52,6 +45,7 @@ from moquad.train import checkpoint, preempt
 from moquad.train.lars import make_optimizer
 from moquad.train.log import RunLogger
 from moquad.train.losses import appearance_loss, moquad_loss, nt_xent_loss
+from moquad.train.methods import METHODS
 from moquad.train.schedule import lr_schedule, stage_per_epoch
 
 
@@ -90,15 +84,6 @@ def forward_loss(
     if mode == "pair":
         return nt_xent_loss(z, **kw)
     raise ValueError(f"unknown training mode {mode!r}")
-
-
-def loader_mode(method: str, stage: str) -> tuple[str, dict[str, bool]]:
-    """(loader mode, forced switches) of an epoch: see the module docstring."""
-    if method == "simclr_classic":
-        return "pair", {}
-    if method == "simclr" and stage == "moquad":
-        return "moquad", {"ad_pos": False, "intra_neg": False, "ad_intra_neg": False}
-    return stage, {}
 
 
 @dataclass
@@ -179,7 +164,7 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
         model = model.to(memory_format=torch.channels_last_3d)
     optimizer = make_optimizer(model, cfg.optimizer, 0.0, cfg.weight_decay)
     lrs = lr_schedule(cfg.lr, cfg.batch_size, cfg.epochs * spe, round(cfg.lr_warmup_epochs * spe))
-    stages = stage_per_epoch(cfg.epochs, 0.0 if cfg.method == "simclr_classic" else cfg.warmup_ratio)
+    stages = stage_per_epoch(cfg.epochs, cfg.warmup_ratio if METHODS[cfg.method].warmup else 0.0)
     # ------------------------------------------------------------ resume
     run = Path(cfg.out)
     if main:
@@ -268,7 +253,7 @@ def save_checkpoint(t: Trainer, step: int, epoch: int, path: Path | None = None)
 def train_one_epoch(t: Trainer, epoch: int, keep_every_epochs: int = 0) -> None:
     """One epoch from its first not-yet-trained step; logs, checks and checkpoints on the way."""
     cfg, device, world = t.cfg, t.info.device, t.info.world_size
-    mode, switches = loader_mode(cfg.method, t.stages[epoch])
+    mode, switches = METHODS[cfg.method].loader_mode(t.stages[epoch])
     lcfg = dataclasses.replace(cfg.loader, **switches)
     first = max(0, t.start - epoch * t.spe)
     loader = make_loader(t.data, lcfg, split=cfg.split, batch_size=cfg.batch_size // world, epoch=epoch,
@@ -389,7 +374,7 @@ def _log_step(t: Trainer, epoch: int, mode: str, done: int, lr: float, w: _Windo
            "rank_intra_neg": sums[2] / sums[3] if math.isfinite(sums[2]) else float("nan"),
            "bad_samples": int(sums[4]), "steps": int(n), "time": time.time()}
     t.logger.log(done, rec)
-    label = "simclr" if cfg.method != "moquad" and mode != "appearance" else mode  # what the loss is, for the user
+    label = mode if mode == "appearance" else METHODS[cfg.method].label  # what the loss is, for the user
     t.progress.update(t.task, completed=done, info=f"{label} loss {rec['loss']:.4f} lr {lr:.3g}")
     return stop
 

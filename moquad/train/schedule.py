@@ -3,7 +3,7 @@
 - :func:`lr_schedule`: SimCLR's linear warm-up then half-period cosine decay to 0, with the
   base lr scaled linearly with the global batch (``lr * global_batch / 256``).
 - :func:`stage` / :func:`stage_per_epoch`: Algorithm 1: the appearance task (Eq. 3) for epochs
-  ``e < p * E``, then MoQuad (``moquad.train.loop.loader_mode`` maps this to each method's views).
+  ``e < p * E``, then MoQuad (``moquad.train.methods.METHODS`` maps this to each method's views).
 """
 
 from __future__ import annotations
