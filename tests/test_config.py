@@ -11,7 +11,7 @@ import yaml
 from moquad import config as C
 from moquad import settings
 from moquad.errors import MoquadError
-from moquad.recipes import REPO_ROOT, find_recipe, load_recipe
+from moquad.recipes import RECIPE_ROOT, find_recipe, load_recipe
 
 
 def test_resolve_precedence(tmp_path):
@@ -173,7 +173,7 @@ def test_recipe_errors(tmp_path):
 
 def test_recipes_found_from_any_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert find_recipe("train/cpu_demo.yaml") == REPO_ROOT / "train" / "cpu_demo.yaml"
+    assert find_recipe("train/cpu_demo.yaml") == RECIPE_ROOT / "train" / "cpu_demo.yaml"
     assert settings.resolve(C.PretrainConfig(), "train/cpu_demo.yaml", {}).backbone == "tiny"
     (tmp_path / "train").mkdir()
     (tmp_path / "train" / "cpu_demo.yaml").write_text("epochs: 3\n")  # a local file of that name comes first

@@ -20,7 +20,7 @@ import yaml
 from moquad.errors import MoquadError
 
 RECIPE_ROOT = Path(__file__).resolve().parent  # holds preprocess/, train/ and eval/
-REPO_ROOT = RECIPE_ROOT  # the former name (recipes were at the checkout's top level); quickstart.py reads it
+
 STAGES = ("preprocess", "train", "eval")  # the stage folders, in pipeline order
 
 

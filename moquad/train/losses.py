@@ -37,7 +37,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-POS_NAMES = ("ad_pos", "pos", "positive")
+POS_NAMES = ("ad_pos", "pos")  # the names moquad.data.views gives the positive view
 INTRA_NAMES = ("intra_neg", "ad_intra_neg")
 
 
