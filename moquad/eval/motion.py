@@ -93,12 +93,21 @@ SPEEDS = ("clip", "speed2", "speed4")  # the speed classifier's classes: 1x, 2x,
 
 
 def video_views(split: Split, i: int, frames: int, dilation: int, size: int) -> torch.Tensor:
-    """Every :data:`TRANSFORMS` view of video ``i`` -> uint8 (views, 3, frames, size, size); each frame decoded once."""
+    """Every :data:`TRANSFORMS` view of video ``i`` -> uint8 (views, 3, frames, size, size); each frame decoded once
+    and resized once per crop (the crops work frame by frame, so the views share their frames' crops)."""
     n = int(split.num_frames[i])
     idx = {name: tr.frames(n, frames, dilation) for name, tr in TRANSFORMS.items()}
     uniq = np.unique(np.concatenate(list(idx.values())))
     decoded = torch.from_numpy(split.read_frames(i, uniq))
-    return torch.stack([tr.crop(decoded[np.searchsorted(uniq, idx[name])], size) for name, tr in TRANSFORMS.items()])
+    cropped = {}  # crop -> (the frames its views use, those frames cropped: (3, F, size, size))
+    for crop in dict.fromkeys(tr.crop for tr in TRANSFORMS.values()):
+        used = np.unique(np.concatenate([idx[name] for name, tr in TRANSFORMS.items() if tr.crop is crop]))
+        cropped[crop] = used, crop(decoded[np.searchsorted(uniq, used)], size)
+    views = []
+    for name, tr in TRANSFORMS.items():
+        used, frames_cropped = cropped[tr.crop]
+        views.append(frames_cropped[:, np.searchsorted(used, idx[name])])
+    return torch.stack(views)
 
 
 class MotionViews(torch.utils.data.Dataset):
