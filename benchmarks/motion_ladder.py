@@ -116,11 +116,12 @@ def _ranks(run: Path) -> dict:
 def supervised(shards: Path, run: Path, seed: int) -> dict:
     """The supervised bound: the demo's fine-tuning settings from random init (``moquad finetune --init random
     --backbone tiny --recipe eval/cpu_demo.yaml``), its test top-1 in every column."""
-    from moquad.eval.finetune import supervised_bound
+    from moquad.eval.finetune import finetune
     from moquad.quickstart import EVAL_RECIPE, demo_recipe
 
-    cfg = settings.resolve(C.EvalConfig(), demo_recipe(EVAL_RECIPE), {"out": str(run)})
-    top1 = supervised_bound(shards, cfg, "tiny", seed)["top1"]
+    cfg = settings.resolve(C.EvalConfig(), demo_recipe(EVAL_RECIPE), {
+        "out": str(run), "data": str(shards), "seed": seed, "finetune.init": "random", "finetune.backbone": "tiny"})
+    top1 = finetune(cfg)["top1"]
     return {"hit@1": top1, "knn_top1": top1, "linear_top1": top1}
 
 

@@ -51,7 +51,7 @@ def main() -> None:
     opt = torch.optim.Adam(model.parameters(), 1e-3)
     print(f"dilations {cfg.dilations}: chance {1 / len(classes):.2f}")
     for epoch in range(args.epochs):
-        for b in make_loader(args.data, cfg, split="train", batch_size=args.batch, epoch=epoch, num_batches=4, debug=True):
+        for b in make_loader(args.data, cfg, split="train", batch_size=args.batch, epoch=epoch, num_batches=4):
             loss = nn.functional.cross_entropy(model(normalize(b["views"], "cpu").flatten(0, 1)),
                                                dilation_labels(b, classes))
             opt.zero_grad()
@@ -63,7 +63,7 @@ def main() -> None:
                 accs = [(model(normalize(b["views"], "cpu").flatten(0, 1)).argmax(1) == dilation_labels(b, classes))
                         .float().mean().item()
                         for b in make_loader(args.data, cfg, split="test", batch_size=args.batch, epoch=999,
-                                             num_batches=2, debug=True)]
+                                             num_batches=2)]
             model.train()
             print(f"epoch {epoch + 1:3d}  train loss {loss.item():.3f}  held-out dilation accuracy {np.mean(accs):.3f}")
 

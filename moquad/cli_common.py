@@ -1,4 +1,9 @@
-"""What every ``moquad`` command shares: the error policy, the ``--set`` / ``--print-config`` options, path checks.
+"""What every ``moquad`` command shares: its flags, the error policy, ``--set`` / ``--print-config``, path checks.
+
+Flags: a command with a config (pretrain, preprocess, the evaluation commands, cam, export, motion) is declared
+with :func:`config_command` and a list of :class:`Flag`; each flag is generated from its config field (name,
+type, help written on the field with ``rule(..., help=...)``, choices, default), so a setting is followed
+from the command line in three files: the command's flag list, :mod:`moquad.config`, the module that uses it.
 
 Names start with ``_`` as they did inside ``moquad.cli``: they are the CLI's own plumbing, not an API.
 
@@ -17,7 +22,8 @@ import inspect
 import os
 import sys
 import traceback
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,18 +125,138 @@ def _text(value: Any) -> str:
     return "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _cfg_help(cls: type, key: str, text: str) -> str:
-    """``text`` plus what the config says of setting ``key`` (dotted: ``loader.frames``): its choices and its
-    default. Flags default to None ("not given": the recipe's value or the config's), so typer cannot show
-    the default itself, and help strings never restate a number the dataclass holds."""
+def _field(cls: type, key: str) -> tuple[Any, dataclasses.Field, Any]:
+    """Setting ``key`` of config class ``cls`` (dotted: ``loader.frames``): the config that holds it (defaults),
+    its dataclass field, its annotation."""
     obj: Any = cls()
     *outer, name = key.split(".")
     for part in outer:
         obj = getattr(obj, part)
-    meta = next(f.metadata for f in dataclasses.fields(obj) if f.name == name)
-    names = meta.get("choices") or settings.choices(type(obj), name)  # fixed choices, or the rows of a table
+    f = next(f for f in dataclasses.fields(obj) if f.name == name)
+    return obj, f, C.type_hints(type(obj))[name]
+
+
+def flag_help(cls: type, key: str, text: str | None = None, show_default: bool = True) -> str:
+    """The help of setting ``key`` of ``cls``: ``text`` (default: the field's ``help=``), then what the config
+    says of it: its choices and its default. Flags default to None ("not given": the recipe's value or the
+    config's), so typer cannot show the default itself, and help strings never restate a number the
+    dataclass holds."""
+    obj, f, _ = _field(cls, key)
+    text = f.metadata["help"] if text is None else text
+    names = f.metadata.get("choices") or settings.choices(type(obj), f.name)  # fixed choices, or a table's rows
     choices = f" One of: {', '.join(map(str, names))}." if names else ""
-    return f"{text}{choices} (default: {_text(getattr(obj, name))})"  # not [..]: rich would read markup
+    value = getattr(obj, f.name)
+    show_default = show_default and value != "" and not (value is None and "default:" in text)  # said in words
+    shown = f" (default: {_text(value)})" if show_default else ""  # not [..]: rich would read markup
+    return f"{text}{choices}{shown}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """A named flag of a command that sets config setting ``key`` (dotted for nested ones: ``loader.frames``).
+
+    The rest comes from the field: the flag's name (``--frames``; ``--x/--no-x`` for a bool), its type, its
+    help (``help=`` of :func:`moquad.config.rule`) followed by the config's choices and default. A command
+    states only what differs there. Not given, a flag is None: the recipe's value or the default stands."""
+
+    key: str
+    help: str | None = None  # instead of the field's (a text that means something else in this command)
+    decls: tuple[str, ...] = ()  # instead of --<field name>: "--out", "-o"; "--resume" (a switch alone)
+    required: bool = False  # no default: the command needs it
+    argument: bool = False  # positional
+    also: tuple[str, ...] = ()  # settings that take the same value (pretrain --seed: loader.seed)
+    alias: str | None = None  # a hidden, deprecated name that still works (preprocess --split)
+    parse: Callable[[str], Any] | None = None  # text -> value (a tuple setting: default "1,4" -> (1, 4))
+    multiple: bool = False  # a tuple setting given by repeating the flag (--pair A|B --pair C|D)
+
+    @property
+    def param(self) -> str:
+        """The Python name of the option: the first of ``decls``, else the key (``loader__frames``)."""
+        return self.decls[0].split("/")[0].lstrip("-").replace("-", "_") if self.decls else self.key.replace(".", "__")
+
+
+RECIPE = "recipe"  # in a command's flags: where its --recipe goes
+_KW = inspect.Parameter.KEYWORD_ONLY
+
+
+def _flag_parameters(cls: type, flag: Flag) -> list[inspect.Parameter]:
+    """The typer parameter(s) of ``flag``: its option (or argument), and its hidden alias."""
+    _, f, hint = _field(cls, flag.key)
+    tp, _ = C.unwrap_optional(hint)
+    if typing.get_origin(tp) is tuple:
+        tp = list[str] if flag.multiple else str
+    decls = flag.decls or ("--" + f.name.replace("_", "-"),)
+    if tp is bool and not flag.decls:
+        decls = (f"{decls[0]}/--no-{decls[0][2:]}",)
+    text = flag_help(cls, flag.key, flag.help, show_default=not (flag.required or flag.argument))
+    if flag.also:
+        text = text.replace(" (default: ", f" Also sets {', '.join(flag.also)}. (default: ", 1)
+    if flag.argument:
+        params = [inspect.Parameter(flag.param, _KW, default=typer.Argument(..., help=text), annotation=tp)]
+    else:
+        option = typer.Option(... if flag.required else None, *decls, help=text)
+        params = [inspect.Parameter(flag.param, _KW, default=option, annotation=tp if flag.required else tp | None)]
+    if flag.alias:
+        params.append(inspect.Parameter(flag.param + "__alias", _KW, annotation=tp | None,
+                                        default=typer.Option(None, flag.alias, hidden=True)))
+    return params
+
+
+def _flag_values(cls: type, flag: Flag, kw: dict[str, Any]) -> dict[str, Any]:
+    """The settings ``flag`` gives (popped from the command's keywords ``kw``); None: not given."""
+    value = kw.pop(flag.param)
+    alias = kw.pop(flag.param + "__alias", None) if flag.alias else None
+    value, hint = alias if value is None else value, _field(cls, flag.key)[2]
+    if isinstance(value, list):
+        value = tuple(value) or None
+    elif isinstance(value, str) and flag.parse is not None:
+        value = flag.parse(value)
+    elif isinstance(value, str) and typing.get_origin(C.unwrap_optional(hint)[0]) is tuple:  # "1,4" -> (1, 4)
+        value = C.parse_text(flag.key, hint, value)
+    return {key: value for key in (flag.key, *flag.also)}
+
+
+def _recipe_option(stage: str) -> inspect.Parameter:
+    option = typer.Option(None, help=f"Recipe: a name (`moquad recipes --stage {stage}`) or a YAML file; flags "
+                          "override it.")
+    return inspect.Parameter("recipe", _KW, default=option, annotation=str | None)
+
+
+def config_command(app: typer.Typer, name: str, cls: type, flags: Sequence[Flag | str], *, epilog: str,
+                   stage: str | None = None, check: Callable[[Any], None] | None = None
+                   ) -> Callable[[Callable[..., Any]], Any]:
+    """Register ``body(cfg, **own)`` as command ``name`` of ``app``. Its options, in this order: ``flags``
+    (:class:`Flag` for a config setting, ``RECIPE`` for ``--recipe`` of ``stage``, the name of one of the body's
+    own options to place it), the body's other own options, ``--set`` and ``--print-config``. The config:
+    defaults < recipe < flags < ``--set`` (:func:`moquad.settings.resolve`); ``--print-config`` prints it,
+    else ``check(cfg)`` (paths the command reads) and the body run."""
+
+    def wrap(body: Callable[..., Any]) -> Any:
+        own = {p.name: p.replace(kind=_KW) for p in list(inspect.signature(body, eval_str=True).parameters.values())[1:]}
+        named = [f for f in flags if isinstance(f, Flag)]
+        params = [p for entry in flags for p in (
+            [_recipe_option(stage or "")] if entry == RECIPE else [own.pop(entry)] if isinstance(entry, str)
+            else _flag_parameters(cls, entry))]
+        params += [*own.values(), inspect.Parameter("sets", _KW, default=_SET, annotation=list[str] | None),
+                   inspect.Parameter("print_config", _KW, default=_PRINT, annotation=bool)]
+
+        def command(**kw: Any) -> None:
+            given = {k: v for f in named for k, v in _flag_values(cls, f, kw).items()}
+            recipe = _recipe(kw.pop("recipe", None), stage or "")
+            cfg = settings.resolve(cls(), recipe, given, kw.pop("sets") or ())
+            if _printed(cfg, kw.pop("print_config")):
+                return
+            if check is not None:
+                check(cfg)
+            body(cfg, **kw)
+
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        command.__name__, command.__doc__ = name, body.__doc__
+        app.command(name, epilog=epilog)(_friendly(command))
+        return body
+
+    return wrap
 
 
 def _default_of(fn: Callable[..., Any], name: str) -> Any:
@@ -152,15 +278,3 @@ def _need_dir(path: str, what: str, hint: str) -> None:
 def _need_file(path: str, what: str, hint: str) -> None:
     if not Path(path).is_file():
         raise FileNotFoundError(f"{what} {path} not found; {hint}")
-
-
-_DATA = typer.Option(..., help="Shard folder of the evaluation dataset.")
-_CKPT = typer.Option(..., help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt).")
-_RECIPE = typer.Option(None, help="Recipe: a name (`moquad recipes --stage eval`) or a YAML file; flags override it.")
-
-
-def _eval_cfg(data: str, checkpoint: str, recipe: str | None, sets: list[str] | None, **flags: Any) -> C.EvalConfig:
-    """The evaluation commands' config: defaults < recipe < flags (None: not given) < ``--set``."""
-    _need_dir(data, "data folder", "run `moquad preprocess` first and pass its --out folder")
-    _need_file(checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain` (RUN/checkpoints/last.pt)")
-    return settings.resolve(C.EvalConfig(), _recipe(recipe, "eval"), dict(data=data, checkpoint=checkpoint, **flags), sets or ())

@@ -16,7 +16,8 @@ Checking: every field is checked when a config is built (``__post_init__``, so a
 decrease). Allowed coercions: int -> float, list -> tuple, and a dict -> the nested config.
 Nothing else: ``lr: "0.1"`` (a quoted YAML string) or ``epochs: 3.0`` are errors. Text from the
 command line (``--set lr=0.1``) is parsed by the annotation first (:func:`parse_text`).
-A new field needs only its annotation, and metadata where it has a range or a set of choices.
+A new field needs only its annotation, and metadata where it has a range or a set of choices; a field with
+a command-line flag carries the flag's help too (``rule(16, ge=1, help="Frames per clip.")``).
 A field that names a row of an extension-point table (a backbone, an appearance op, a dataset ...) is
 checked against that table by :func:`moquad.settings.resolve`: the tables live in the modules that own
 them, which sit above this one (they import these configs).
@@ -50,9 +51,12 @@ class ConfigError(MoquadError, ValueError):
         self.key, self.problem = key, problem
 
 
-def rule(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, **rules: Any) -> Any:
-    """A dataclass field with checking rules: ``rule(200, ge=1)``, ``rule("moquad", choices=(...))``."""
-    return field(default=default, default_factory=factory, metadata=rules)
+def rule(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, help: str | None = None,
+         **rules: Any) -> Any:
+    """A dataclass field with checking rules (``rule(200, ge=1)``, ``rule("moquad", choices=(...))``) and the help
+    of its command-line flag (``help="Training epochs."``: the one place the text is written; the flag adds the
+    choices and this default, see :func:`moquad.cli_common.flag_help`)."""
+    return field(default=default, default_factory=factory, metadata=rules if help is None else {**rules, "help": help})
 
 
 # ----------------------------------------------------------------------------- checking
@@ -236,7 +240,6 @@ def save(cfg: Any, path: str | Path) -> None:
 
 # ----------------------------------------------------------------------------- the configs
 
-OPTIMIZERS = ("lars", "sgd", "adamw")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -244,24 +247,31 @@ DEVICES = ("auto", "cpu", "cuda")
 class PreprocessConfig:
     """Stage 1: raw videos -> tar shards + Parquet manifests."""
 
-    dataset: str = "folder"  # a row of moquad.preprocess.datasets.DATASETS (checked by moquad.settings.resolve)
-    root: str = ""
-    out: str = ""
-    official_split: int = rule(1, ge=1, le=3)  # ucf101 / hmdb51: which official split (flag --split)
-    short_side: int = rule(256, ge=8)  # 256 for the paper's 224 crops; 128 is enough for 112
-    fps: float | None = rule(None, gt=0)  # None keeps the native frame rate
-    jpeg_quality: int = rule(90, ge=1, le=100)
-    shard_size: int = rule(1_000_000_000, ge=1)  # source-video bytes per shard (planned before transcoding)
-    workers: int = rule(factory=lambda: max(1, os.cpu_count() or 1), ge=1)
-    num_parts: int = rule(1, ge=1)
-    part: int = rule(0, ge=0)
-    limit: int | None = rule(None, ge=1)
-    seed: int = rule(0, ge=0)  # shuffle seed, and the seed of a drawn split
+    dataset: str = rule("folder", help="Dataset adapter (layouts below).")  # a row of preprocess.datasets.DATASETS
+    root: str = rule("", help="Dataset root (videos and annotation files).")
+    out: str = rule("", help="Output folder (or s3://, gs:// URL) for shards and manifests.")
+    # ucf101 / hmdb51: which numbered official train/test split (flag --official-split; not a manifest split)
+    official_split: int = rule(1, ge=1, le=3, help="Which official train/test split of the dataset.")
+    short_side: int = rule(256, ge=8, help="Resize so the short side is this many pixels (128 is enough for 112 "
+                           "crops).")  # 256 for the paper's 224 crops
+    fps: float | None = rule(None, gt=0, help="Resample to this frame rate (none: native).")
+    jpeg_quality: int = rule(90, ge=1, le=100, help="JPEG quality, 1-100.")
+    shard_size: int = rule(1_000_000_000, ge=1, help="Source-video bytes per shard: shards are planned before "
+                           "transcoding.")
+    workers: int = rule(factory=lambda: max(1, os.cpu_count() or 1), ge=1, help="Parallel transcoding processes "
+                        "(default: this machine's CPU count).")
+    num_parts: int = rule(1, ge=1, help="Split the video list into N parts (one per node).")
+    part: int = rule(0, ge=0, help="Which part this process writes (0..N-1).")
+    limit: int | None = rule(None, ge=1, help="Only the first N videos after shuffling (trial runs).")
+    seed: int = rule(0, ge=0, help="Shuffle seed (also the seed of --split-ratios).")  # and of a drawn split
     # folder datasets without a split: draw one, e.g. (0.8, 0.2) train,test or (0.7, 0.1, 0.2) train,val,test
-    split_ratios: tuple[float, ...] | None = rule(None, gt=0, le=1)
-    group_by: str | None = None  # regex on the file name; its first group (or match) never straddles splits
-    engine: str = "local"  # moquad.preprocess.engines.ENGINES: local process pool, or one Ray task per shard
-    ray_address: str | None = None  # Ray cluster to join ("auto": the one `ray start` made); None: a local Ray
+    split_ratios: tuple[float, ...] | None = rule(None, gt=0, le=1, help="folder: draw a split per class, e.g. "
+                                                  "0.8,0.2 (train,test) or 0.7,0.1,0.2.")
+    # its first group (or match) never straddles splits
+    group_by: str | None = rule(None, help=r"Regex on file names kept in one split, e.g. '_g(\d+)_'.")
+    engine: str = rule("local", help="Who writes the shards: this machine's process pool or Ray (one task per "
+                       "shard).")  # moquad.preprocess.engines.ENGINES
+    ray_address: str | None = rule(None, help="Ray cluster for --engine ray ('auto' after `ray start`).")  # None: local
 
     def __post_init__(self) -> None:
         check(self)
@@ -273,16 +283,18 @@ class PreprocessConfig:
 class LoaderConfig:
     """How clips and views are built from shards (moquad.data)."""
 
-    frames: int = rule(16, ge=1)
-    size: int = rule(224, ge=8)  # crop size fed to the network
+    frames: int = rule(16, ge=1, help="Frames per clip.")
+    size: int = rule(224, ge=8, help="Crop size in pixels.")  # fed to the network
     dilations: tuple[int, ...] = rule((1, 2, 4), ge=1)  # n and m are drawn from those that fit a video, m != n
     simclr_dilation: int = rule(2, ge=1)  # dilation of both clips of method simclr_classic
     # quadruple ablation switches (Table 4 of the paper)
-    ad_pos: bool = True  # RAD on the positive; False -> plain second clip at n
-    intra_neg: bool = True  # N: clip at m != n
-    ad_intra_neg: bool = True  # N-bar: clip at m, then RAD
-    appearance_op: str = "rad_inter"  # a row of moquad.data.ops.APPEARANCE_OPS
-    motion_ops: tuple[str, ...] = ("speed",)  # rows of moquad.data.ops.MOTION_OPS; each makes Intra-Negs
+    ad_pos: bool = rule(True, help="RAD on the positive.")  # False -> plain second clip at n
+    intra_neg: bool = rule(True, help="Use the Intra-Neg.")  # N: clip at m != n
+    ad_intra_neg: bool = rule(True, help="Use the AD-Intra-Neg.")  # N-bar: clip at m, then RAD
+    appearance_op: str = rule("rad_inter", help="Appearance disturbance.")  # moquad.data.ops.APPEARANCE_OPS
+    # rows of moquad.data.ops.MOTION_OPS; each makes Intra-Negs
+    motion_ops: tuple[str, ...] = rule(("speed",), help="Motion ops making Intra-Negs, comma-separated (several: one "
+                                       "Intra-Neg pair each).")
     rad_k: int = rule(5, ge=1)
     rad_lambda: tuple[float, float] = rule((0.1, 0.5), ge=0, le=1, ordered=True)
     donors_per_sample: int = rule(2, ge=1)  # RAD-inter donor frames read per sample (one frame each, random videos)
@@ -292,13 +304,14 @@ class LoaderConfig:
     color_jitter: float = rule(0.8, ge=0, le=1)  # probability of colour jitter
     color_strength: float = rule(0.5, ge=0)
     grayscale: float = rule(0.2, ge=0, le=1)  # probability of grayscale
-    augment_on_device: bool = False  # workers only decode; crop/flip/colour/RAD run on the accelerator
+    augment_on_device: bool = rule(False, help="Workers only decode; crop, flip, colour and RAD run on the GPU.")
     decode_on_device: bool = False  # workers only read; JPEG decoding (nvJPEG) and augmentation on the GPU
+    scaled_decode: bool = True  # decode a frame at 1/2, 1/4 or 1/8 when its crops still cover `size` (libjpeg-turbo)
     verify_checksums: bool = True  # the xxh3 (else sha256) of every sample's payload checked on read
     # the bad-sample rule: a run stops only when an epoch's unreadable samples exceed BOTH limits
     max_bad_fraction: float = rule(0.01, ge=0, le=1)  # ... this share of the epoch's samples
     max_bad_count: int = rule(10, ge=0)  # ... and this many (one bad video never stops a small split)
-    workers: int = rule(2, ge=0)  # DataLoader worker processes per rank
+    workers: int = rule(2, ge=0, help="Data loader processes per rank.")  # DataLoader workers
     seed: int = rule(0, ge=0)
 
     def __post_init__(self) -> None:
@@ -309,31 +322,35 @@ class LoaderConfig:
 class PretrainConfig:
     """Stage 2: self-supervised pre-training (Algorithm 1 of the paper)."""
 
-    data: str = ""
-    out: str = "runs/pretrain"
-    split: str = "train"
-    method: str = rule("moquad")  # a row of moquad.train.methods.METHODS
-    backbone: str = "r3d_18"  # a row of moquad.models.backbones.BACKBONES
-    model_input: str = "rgb"  # moquad.models.backbones.INPUTS; diff: the backbone sees frame differences
-    proj_dim: int = rule(128, ge=1)
-    proj_hidden: int = rule(2048, ge=1)
-    epochs: int = rule(200, ge=1)
-    batch_size: int = rule(256, ge=1)  # GLOBAL batch (videos), split evenly over ranks
-    lr: float = rule(3.2, gt=0)  # at batch 256; scaled linearly with the global batch
-    lr_warmup_epochs: float = rule(10.0, ge=0)
-    weight_decay: float = rule(1e-6, ge=0)
-    optimizer: str = rule("lars", choices=OPTIMIZERS)
-    temperature: float = rule(0.1, gt=0)
-    warmup_ratio: float = rule(0.2, ge=0, le=1)  # p: share of epochs trained with the appearance task (Eq. 3)
-    hard_beta: float = rule(0.01, ge=0, le=1)  # Eq. 4: share of inter negatives treated as hard (0 disables)
-    hard_alpha: float = rule(1.5, gt=0)  # Eq. 4: weight of hard inter and intra negatives
-    sync_bn: bool | None = None  # None: on when world size > 1 and the backbone has BatchNorm (logged)
-    steps_per_epoch: int | None = rule(None, ge=1)  # None: videos in the split // global batch
-    ckpt_every: int = rule(500, ge=1)  # steps
-    log_every: int = rule(1, ge=1)
-    resume: bool = False
-    seed: int = rule(0, ge=0)
-    device: str = rule("auto", choices=DEVICES)
+    data: str = rule("", help="Shard folder written by `moquad preprocess`.")
+    out: str = rule("runs/pretrain", help="Run folder (checkpoints, logs, config).")
+    split: str = rule("train", help="Manifest split to learn from.")
+    method: str = rule("moquad", help="simclr is the ladder's base (MoQuad's sampling and loss, no quadruple parts); "
+                       "simclr_classic: two clips at one dilation, NT-Xent.")  # moquad.train.methods.METHODS
+    backbone: str = rule("r3d_18", help="Video encoder (moquad.models.BACKBONES).")
+    # moquad.models.backbones.INPUTS; THE default of a model's input, read by every place that builds one
+    model_input: str = rule("rgb", help="What the backbone sees (diff: frame differences).")
+    proj_dim: int = rule(128, ge=1, help="Output size of the projection head.")
+    proj_hidden: int = rule(2048, ge=1, help="Hidden size of the projection head.")
+    epochs: int = rule(200, ge=1, help="Training epochs.")
+    batch_size: int = rule(256, ge=1, help="GLOBAL batch size in videos (split over ranks).")
+    lr: float = rule(3.2, gt=0, help="Learning rate at batch 256 (scaled linearly).")
+    lr_warmup_epochs: float = rule(10.0, ge=0, help="Linear learning-rate warm-up epochs.")
+    weight_decay: float = rule(1e-6, ge=0, help="Weight decay (none on BN and bias).")
+    optimizer: str = rule("lars", help="Optimizer.")  # a row of moquad.train.optimizers.OPTIMIZERS
+    temperature: float = rule(0.1, gt=0, help="Softmax temperature tau.")
+    # p: share of epochs trained with the appearance task (Eq. 3)
+    warmup_ratio: float = rule(0.2, ge=0, le=1, help="Share of epochs on the appearance task (Alg. 1).")
+    hard_beta: float = rule(0.01, ge=0, le=1, help="Eq. 4: share of inter negatives mined as hard (0: off).")
+    hard_alpha: float = rule(1.5, gt=0, help="Eq. 4: weight of hard and intra negatives.")
+    # None: on when world size > 1 and the backbone has BatchNorm (logged)
+    sync_bn: bool | None = rule(None, help="SyncBatchNorm across ranks.")
+    steps_per_epoch: int | None = rule(None, ge=1, help="Override batches per epoch (none: videos // global batch).")
+    ckpt_every: int = rule(500, ge=1, help="Checkpoint every N steps.")
+    log_every: int = rule(1, ge=1, help="Log every N steps.")
+    resume: bool = rule(False, help="Continue from OUT/checkpoints/last.pt.")
+    seed: int = rule(0, ge=0, help="Seed for model init and data order.")
+    device: str = rule("auto", choices=DEVICES, help="Where to train.")
     loader: LoaderConfig = field(default_factory=LoaderConfig)
 
     def __post_init__(self) -> None:
@@ -348,10 +365,10 @@ class LinearConfig:
     """Linear probe (moquad.eval.linear): ``--full`` trains a linear layer on clips (CVRL), ``--fast`` fits
     logistic regression on cached features."""
 
-    epochs: int = rule(100, ge=1)
-    lr: float = rule(0.08, gt=0)
-    optimizer: str = rule("lars", choices=OPTIMIZERS)
-    batch_size: int = rule(32, ge=1)  # training clips per step (--full)
+    epochs: int = rule(100, ge=1, help="Training epochs (--full).")
+    lr: float = rule(0.08, gt=0, help="Learning rate (--full).")
+    optimizer: str = "lars"  # a row of moquad.train.optimizers.OPTIMIZERS
+    batch_size: int = rule(32, ge=1, help="Training clips per step (--full).")
     weight_decay: float = rule(0.0, ge=0)  # --full
     flip: bool = True  # --full: random horizontal flip of training clips; off for left/right-sensitive classes (SSv2)
     l2: float = rule(1e-4, ge=0)  # --fast: L2 penalty of the logistic regression
@@ -365,12 +382,15 @@ class FinetuneConfig:
     """Fine-tuning the whole network (moquad.eval.finetune); the paper's protocol: 100 epochs, batch 32,
     LARS 0.08, half-period cosine. A tiny network wants AdamW 1e-3 instead (eval/cpu_demo.yaml)."""
 
-    init: str = rule("checkpoint", choices=INITS)  # random: same backbone and clip, trained on labels only
-    backbone: str | None = None  # BACKBONES row; None: the checkpoint's; needed for init=random alone
-    epochs: int = rule(100, ge=1)
-    lr: float = rule(0.08, gt=0)  # used as given (not scaled with the batch)
-    optimizer: str = rule("lars", choices=OPTIMIZERS)
-    batch_size: int = rule(32, ge=1)  # GLOBAL batch of training clips, split evenly over ranks
+    init: str = rule("checkpoint", choices=INITS, help="checkpoint (pre-trained weights) or random (the supervised "
+                     "bound: same backbone, labels only).")
+    # a BACKBONES row; None: the checkpoint's; needed for init=random alone
+    backbone: str | None = rule(None, help="Backbone; the checkpoint's by default; with --init random it makes "
+                                "--checkpoint optional.")
+    epochs: int = rule(100, ge=1, help="Training epochs.")
+    lr: float = rule(0.08, gt=0, help="Learning rate (as given, not scaled with the batch).")
+    optimizer: str = "lars"  # a row of moquad.train.optimizers.OPTIMIZERS
+    batch_size: int = rule(32, ge=1, help="Global training batch.")  # split evenly over ranks
     weight_decay: float = rule(1e-4, ge=0)
     dropout: float = rule(0.5, ge=0, le=1)  # before the classifier
     flip: bool = True  # random horizontal flip of training clips; off for left/right-sensitive classes (SSv2)
@@ -383,27 +403,31 @@ class FinetuneConfig:
 class EvalConfig:
     """Stage 3: feature extraction and test views (top level), retrieval and kNN, linear probe, fine-tuning."""
 
-    data: str = ""
-    checkpoint: str = ""
-    out: str | None = None  # default: <run folder of the checkpoint>/eval
+    data: str = rule("", help="Shard folder of the evaluation dataset.")
+    checkpoint: str = rule("", help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt).")
+    out: str | None = rule(None, help="Folder for features and results (default: RUN/eval beside the checkpoint).")
     # the manifest splits a protocol trains on and tests on (retrieval: the gallery and the queries); each
     # benchmark's recipe names its own: UCF101 / HMDB51 test on test, SSv2 and K400 on val (SSv2's test has no labels)
-    train_split: str = "train"
-    test_split: str = "test"
-    num_clips: int = rule(10, ge=1)
-    frames: int = rule(16, ge=1)
-    dilation: int = rule(2, ge=1)
-    size: int = rule(224, ge=8)
-    crops: int = rule(1, choices=(1, 3))  # 1 centre crop; 3 (the paper's action-recognition test) in eval recipes
-    batch_size: int = rule(16, ge=1)  # test views per forward pass
+    train_split: str = rule("train", help="Manifest split to train on (retrieval: the gallery).")
+    test_split: str = rule("test", help="Manifest split to test on (retrieval: the queries); the SSv2 and K400 "
+                           "recipes set val.")
+    num_clips: int = rule(10, ge=1, help="Uniformly spaced test clips per video.")
+    frames: int = rule(16, ge=1, help="Frames per clip.")
+    dilation: int = rule(2, ge=1, help="Frame step inside a clip.")
+    size: int = rule(224, ge=8, help="Crop size; use the pre-training size.")
+    # 3 crops (the paper's action-recognition test) in the eval recipes
+    crops: int = rule(1, choices=(1, 3), help="Test crops per clip: 1 (centre) or 3 (the paper's action-recognition "
+                      "test).")
+    batch_size: int = rule(16, ge=1, help="Test views per forward pass.")
     workers: int = rule(2, ge=0)
-    center: bool = False
+    center: bool = rule(False, help="Subtract each split's mean, then L2-normalise.")
     ks: tuple[int, ...] = rule((1, 5, 10, 20, 50), ge=1)
-    index: str = rule("exact", choices=("exact", "lance"))
-    knn_k: int = rule(20, ge=1)  # weighted kNN classification (DINO): neighbours that vote
-    knn_t: float = rule(0.07, gt=0)  # ... with weight exp(cosine / knn_t)
+    index: str = rule("exact", choices=("exact", "lance"), help="exact search, or a lance vector index (its recall is "
+                      "reported).")
+    knn_k: int = rule(20, ge=1, help="Weighted kNN (DINO): neighbours that vote.")
+    knn_t: float = rule(0.07, gt=0, help="Weighted kNN (DINO): a vote weighs exp(cosine / T).")
     seed: int = rule(0, ge=0)
-    device: str = rule("auto", choices=DEVICES)
+    device: str = rule("auto", choices=DEVICES, help="Where to run.")
     linear: LinearConfig = field(default_factory=LinearConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
 
@@ -413,3 +437,43 @@ class EvalConfig:
             raise ConfigError("test_split", f"must differ from train_split (both {self.test_split!r}): a protocol "
                               "tests on videos it did not train on")
 
+
+EXPORT_FORMATS = ("torchvision", "safetensors")  # moquad.export: torchvision key names (no head), or safetensors
+
+
+@dataclass
+class ExportConfig:
+    """``moquad export``: a pre-trained backbone for use outside moquad, with a JSON model card (moquad.export)."""
+
+    checkpoint: str = rule("", help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt).")
+    format: str = rule("torchvision", choices=EXPORT_FORMATS, help="torchvision (r3d_18, r2plus1d_18, s3d: "
+                       "torchvision key names, no head) or safetensors (any backbone).")
+    out: str = rule("", help="File to write; the JSON model card goes beside it (.json).")
+
+    def __post_init__(self) -> None:
+        check(self)
+
+
+@dataclass
+class MotionConfig:
+    """``moquad motion``: the motion report of frozen encoders (moquad.eval.motion.motion_report)."""
+
+    data: str = rule("", help="Shard folder of `moquad preprocess`.")
+    out: str = rule("motion", help="Folder for motion.json, motion.txt and motion.png.")
+    split: str | None = rule(None, help="Manifest split to measure (default: test, else val / validation, else train).")
+    frames: int | None = rule(None, ge=1, help="Frames per clip (default: the first checkpoint's pre-training clip, "
+                              "else 16).")
+    size: int | None = rule(None, ge=8, help="Crop size (default: the first checkpoint's, else 112).")
+    dilation: int = rule(1, ge=1, help="Frame step of the 1x clip (2x and 4x double and quadruple it).")
+    max_videos: int | None = rule(None, ge=1, help="Measure a seeded random subset of at most this many videos.")
+    pair: tuple[str, ...] | None = rule(None, help="A class pair differing only by direction, 'A|B' (repeatable); built-in "
+                                 "SSv2 and synthetic direction pairs are added when the split has them.")
+    knn_k: int = rule(10, ge=1, help="Neighbours voting in the direction-pair kNN.")
+    seed: int = rule(0, ge=0, help="Seed of the train / test halves of the classifiers.")
+    batch_size: int = rule(16, ge=1, help="Views per forward pass.")
+    workers: int = rule(0, ge=0, help="Decoding worker processes.")
+    device: str = rule("cpu", choices=("cpu", "cuda"), help="Where to run.")
+    threads: int | None = rule(None, ge=1, help="CPU threads of torch (default: torch's; 1 on a busy machine).")
+
+    def __post_init__(self) -> None:
+        check(self)

@@ -35,14 +35,16 @@ from typing import Any
 import torch
 
 import moquad
+from moquad.config import EXPORT_FORMATS
 from moquad.data.augment import MEAN, STD
 from moquad.data.store import manifest_checksum, read_manifest
 from moquad.eval.common import eval_folder, sha256_file
 from moquad.io import atomic_write
 from moquad.models import BACKBONES, INPUTS, build_backbone
+from moquad.models.backbones import DEFAULT_INPUT
 from moquad.train.checkpoint import load
 
-FORMATS = ("torchvision", "safetensors")
+FORMATS = EXPORT_FORMATS  # the choices of `moquad export --format` (moquad.config.ExportConfig)
 # backbones with torchvision export names (prefix above torchvision's keys, the head the export lacks)
 TORCHVISION = {name: b.torchvision for name, b in BACKBONES.items() if b.torchvision is not None}
 HEADLINES = ("top1", "top5", "top10", "top20", "top50", "knn_top1", "knn_top5", "mean_class_accuracy")
@@ -60,14 +62,14 @@ def backbone_state(ckpt: dict[str, Any], torchvision_names: bool) -> dict[str, t
     return sd
 
 
-def _load_instructions(arch: str, fmt: str, file: str, model_input: str = "rgb") -> str:
+def _load_instructions(arch: str, fmt: str, file: str, model_input: str) -> str:
     read = (f"safetensors.torch.load_file({file!r})" if fmt == "safetensors"
             else f"torch.load({file!r}, weights_only=True)")
     if arch in TORCHVISION:
         return (f"model = torchvision.models.video.{arch}(); {TORCHVISION[arch].strip_head}; "
                 f"model.load_state_dict({read})  "
                 f"# strict; or keep the head and load_state_dict(..., strict=False): missing = the head only")
-    build = f"{arch!r}" if model_input == "rgb" else f"{arch!r}, {model_input!r}"  # the input hook comes with it
+    build = f"{arch!r}" if model_input == DEFAULT_INPUT else f"{arch!r}, {model_input!r}"  # brings its hook
     return (f"from moquad.models import build_backbone; model, dim = build_backbone({build}); "
             f"model.load_state_dict({read})")
 
@@ -105,7 +107,7 @@ def _eval_results(ckpt_path: Path, sha: str) -> dict[str, Any]:
 def model_card(ckpt: dict[str, Any], ckpt_path: Path, fmt: str, out: Path, sha: str) -> dict[str, Any]:
     """The JSON written beside an export (see the module docstring)."""
     cfg = ckpt["config"]
-    arch, model_input = cfg["backbone"], cfg.get("model_input", "rgb")
+    arch, model_input = cfg["backbone"], cfg.get("model_input", DEFAULT_INPUT)
     loader = cfg.get("loader") or {}
     return {
         "moquad_version": moquad.__version__,
@@ -119,7 +121,7 @@ def model_card(ckpt: dict[str, Any], ckpt_path: Path, fmt: str, out: Path, sha: 
         "input": {"layout": "(N, 3, T, H, W) float32", "normalize": "(x / 255 - mean) / std, RGB",
                   "mean": list(MEAN), "std": list(STD), "pretrain_frames": loader.get("frames"),
                   "pretrain_size": loader.get("size"),
-                  "transform": INPUTS[model_input][1] + ("" if model_input == "rgb" else
+                  "transform": INPUTS[model_input][1] + ("" if INPUTS[model_input][0] is None else
                                                          "; apply it before the exported network")},
         "checkpoint": {"path": str(ckpt_path.resolve()), "sha256": sha, "step": ckpt.get("step"),
                        "epoch": ckpt.get("epoch"), "git": ckpt.get("git"),

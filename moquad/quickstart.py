@@ -99,16 +99,15 @@ def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per
     console.rule("[bold]1/5 synth: videos whose classes differ only by motion")
     base = demo_pretrain_config(shards, out, "moquad", epochs, seed, backbone)
     epochs, backbone = base.epochs, base.backbone
-    settings = dict(classes=classes, per_class=per_class, seed=seed, backbone=backbone, epochs=epochs, **SYNTH)
-    if kind != "types":  # (older stamps have no kind: types)
-        settings["kind"] = kind
+    made_with = dict(classes=classes, per_class=per_class, seed=seed, backbone=backbone, epochs=epochs, kind=kind,
+                     **SYNTH)
     if source is not None:
-        settings["source"] = str(Path(source).resolve())
+        made_with["source"] = str(Path(source).resolve())
     stamp = out / "quickstart.json"  # a rerun reuses data and finished runs only if made with these settings
-    if stamp.is_file() and json.loads(stamp.read_text()) != settings:
+    if stamp.is_file() and json.loads(stamp.read_text()) != made_with:
         raise ValueError(f"{out} holds a quickstart made with other settings ({stamp}); choose a new --out or delete it")
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(stamp, json.dumps(settings, indent=2))
+    atomic_write_text(stamp, json.dumps(made_with, indent=2))
     if not (raw / "ucfTrainTestlist" / "testlist01.txt").is_file():
         make_synth(raw, classes=classes, per_class=per_class, seed=seed, kind=kind, source=source, **SYNTH)
     console.print(f"{classes * per_class} videos in {raw}")
@@ -221,15 +220,12 @@ def _save_untrained(cfg: C.PretrainConfig, path: Path) -> None:
     """A checkpoint of the randomly initialised network: the floor every method must beat."""
     import torch
 
-    from moquad import __version__
     from moquad.models import build_model
     from moquad.train import checkpoint
 
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden, cfg.model_input)
-    checkpoint.save({"model": model.state_dict(), "step": 0, "epoch": -1, "config": C.to_dict(cfg),
-                     "seeds": {"seed": cfg.seed}, "moquad_version": __version__, "git": checkpoint.git_revision()},
-                    path)
+    checkpoint.save(checkpoint.build(cfg, model, step=0, epoch=-1), path)
 
 
 def _finished(ckpt: Path, epochs: int) -> bool:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from moquad.config import (
     ConfigError,
     FinetuneConfig,
+    LinearConfig,
     LoaderConfig,
     PreprocessConfig,
     PretrainConfig,
@@ -33,6 +34,7 @@ from moquad.preprocess.datasets import DATASETS
 from moquad.preprocess.engines import ENGINES
 from moquad.recipes import load_recipe
 from moquad.train.methods import METHODS
+from moquad.train.optimizers import OPTIMIZERS
 
 T = TypeVar("T")
 
@@ -47,6 +49,9 @@ CHOICES: dict[tuple[type, str], Mapping[str, Any]] = {
     (PretrainConfig, "model_input"): INPUTS,
     (PretrainConfig, "method"): METHODS,
     (FinetuneConfig, "backbone"): BACKBONES,
+    (PretrainConfig, "optimizer"): OPTIMIZERS,
+    (LinearConfig, "optimizer"): OPTIMIZERS,
+    (FinetuneConfig, "optimizer"): OPTIMIZERS,
 }
 
 

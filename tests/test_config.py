@@ -190,6 +190,9 @@ def test_recipes_found_from_any_folder(tmp_path, monkeypatch):
     (C.PreprocessConfig, {"dataset": "kinetics"}, "dataset", "moquad.preprocess.datasets:DATASETS"),
     (C.PreprocessConfig, {"engine": "slurm"}, "engine", "moquad.preprocess.engines:ENGINES"),
     (C.EvalConfig, {"finetune": {"backbone": "resnet"}}, "finetune.backbone", "moquad.models.backbones:BACKBONES"),
+    (C.PretrainConfig, {"optimizer": "adam9"}, "optimizer", "moquad.train.optimizers:OPTIMIZERS"),
+    (C.EvalConfig, {"linear": {"optimizer": "adam9"}}, "linear.optimizer", "moquad.train.optimizers:OPTIMIZERS"),
+    (C.EvalConfig, {"finetune": {"optimizer": "adam9"}}, "finetune.optimizer", "moquad.train.optimizers:OPTIMIZERS"),
 ])
 def test_table_choices_checked_when_resolved(kind, values, key, table, tmp_path):
     """A setting that names a table row is checked against the owner's table, from flags and from a recipe."""
@@ -213,12 +216,14 @@ def test_choices_are_the_owners_tables():
     from moquad.preprocess.datasets import DATASETS
     from moquad.preprocess.engines import ENGINES
     from moquad.train.methods import METHODS
+    from moquad.train.optimizers import OPTIMIZERS
 
     tables = {(C.PretrainConfig, "backbone"): BACKBONES, (C.PretrainConfig, "model_input"): INPUTS,
               (C.FinetuneConfig, "backbone"): BACKBONES, (C.LoaderConfig, "appearance_op"): APPEARANCE_OPS,
               (C.LoaderConfig, "motion_ops"): MOTION_OPS, (C.LoaderConfig, "flip"): FLIP_POLICIES,
               (C.PreprocessConfig, "dataset"): DATASETS, (C.PreprocessConfig, "engine"): ENGINES,
-              (C.PretrainConfig, "method"): METHODS}
+              (C.PretrainConfig, "method"): METHODS, (C.PretrainConfig, "optimizer"): OPTIMIZERS,
+              (C.LinearConfig, "optimizer"): OPTIMIZERS, (C.FinetuneConfig, "optimizer"): OPTIMIZERS}
     assert {key: settings.choices(*key) for key in tables} == {key: tuple(t) for key, t in tables.items()}
     for kind in (C.PretrainConfig, C.PreprocessConfig, C.EvalConfig):
         settings.check_choices(kind())  # every default is a row of its table

@@ -39,7 +39,7 @@ def damaged(tmp_path_factory):
 def test_a_spare_from_a_later_batch_gets_new_views(damaged):
     root, plan = damaged
     cfg = LoaderConfig(frames=4, size=32, workers=0)
-    batches = list(make_loader(root, cfg, batch_size=4, debug=True))
+    batches = list(make_loader(root, cfg, batch_size=4))
     spare = int(plan.order[4])  # no left-overs (16 = 4 x 4): the first spare is batch 1's first video
     assert batches[0]["bad"] and batches[0]["index"].tolist()[0] == spare
     assert batches[1]["index"].tolist()[0] == spare  # ... which also fills its own slot
@@ -47,7 +47,7 @@ def test_a_spare_from_a_later_batch_gets_new_views(damaged):
     a, b = batches[0]["views"][0, 0], batches[1]["views"][0, 0]
     assert a.shape == b.shape and not torch.equal(a, b)
     # the other videos of both batches are their own slots: views as drawn for (seed, epoch, video, 0)
-    again = list(make_loader(root, cfg, batch_size=4, debug=True, start=1))
+    again = list(make_loader(root, cfg, batch_size=4, start=1))
     assert torch.equal(again[0]["views"], batches[1]["views"])
 
 

@@ -57,8 +57,10 @@ def test_finetune_end_to_end(tmp_path):
 def test_finetune_settings_checked_when_built(tmp_path):
     from test_features import eval_cfg
 
+    from moquad.settings import check_choices
+
     with pytest.raises(ConfigError, match="finetune.optimizer must be one of lars, sgd, adamw"):
-        eval_cfg(tmp_path, tmp_path, tmp_path, finetune={"optimizer": "adam9"})
+        check_choices(eval_cfg(tmp_path, tmp_path, tmp_path, finetune={"optimizer": "adam9"}))
     with pytest.raises(ConfigError, match="finetune.init must be one of checkpoint, random"):
         eval_cfg(tmp_path, tmp_path, tmp_path, finetune={"init": "imagenet"})
 
@@ -91,7 +93,7 @@ def test_supervised_bound_at_demo_settings_beats_chance(tmp_path):
     """`moquad synth` motion classes, tiny backbone from random init, eval/cpu_demo.yaml's finetune settings
     (AdamW 1e-3, batch 8; 40 epochs to stay fast): test top-1 clearly above chance (1/3)."""
     from moquad.config import PreprocessConfig
-    from moquad.eval.finetune import supervised_bound
+    from moquad.eval.finetune import finetune
     from moquad.preprocess.run import preprocess
     from moquad.quickstart import EVAL_RECIPE, demo_recipe
     from moquad.synth import make_synth
@@ -101,8 +103,9 @@ def test_supervised_bound_at_demo_settings_beats_chance(tmp_path):
     preprocess(PreprocessConfig(dataset="ucf101", root=str(raw), out=str(data), short_side=32, workers=1), quiet=True)
     cfg = resolve(EvalConfig(), demo_recipe(EVAL_RECIPE), {"out": str(tmp_path / "out"), "device": "cpu", "num_clips": 2})
     assert (cfg.finetune.optimizer, cfg.finetune.lr, cfg.finetune.batch_size) == ("adamw", 0.001, 8)
-    cfg = resolve(cfg, None, {"finetune.epochs": 40})
-    res = supervised_bound(data, cfg, "tiny", seed=0)
+    cfg = resolve(cfg, None, {"data": str(data), "seed": 0, "finetune.epochs": 40, "finetune.init": "random",
+                              "finetune.backbone": "tiny"})  # the supervised bound: moquad finetune --init random
+    res = finetune(cfg)
     assert res["videos"] >= 6 and res["top1"] >= 0.6, res["top1"]
 
 

@@ -75,8 +75,8 @@ def test_gpu_jpeg_decode_matches_the_cpu_decoder(data):
 
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_r3d18_training_step_in_bf16(channels_last):
-    from moquad.train.lars import make_optimizer
     from moquad.train.loop import forward_loss
+    from moquad.train.optimizers import make_optimizer
 
     torch.manual_seed(0)
     model = build_model("r3d_18", *HEAD).to(CUDA).train()

@@ -113,3 +113,19 @@ def test_frame_difference_input_is_the_rgb_network_on_differences(tmp_path):
         torch.testing.assert_close(loaded.eval().backbone(x), rgb.backbone(d))
     with pytest.raises(ValueError, match="unknown model input 'flow'"):
         build_backbone("tiny", "flow")
+
+
+def test_the_default_input_is_stated_once(tmp_path):
+    """A call, a checkpoint or a card that names no input reads the config's default, a row of INPUTS."""
+    from moquad.models.backbones import DEFAULT_INPUT, INPUTS
+
+    assert DEFAULT_INPUT == PretrainConfig().model_input and DEFAULT_INPUT in INPUTS
+    cfg = to_dict(PretrainConfig(backbone="tiny", proj_dim=16, proj_hidden=32))
+    del cfg["model_input"]  # a config that names none
+    torch.manual_seed(0)
+    model = build_model("tiny", 16, 32)
+    path = checkpoint.save({"model": model.state_dict(), "step": 1, "epoch": 0, "config": cfg}, tmp_path / "c.pt")
+    loaded, _ = checkpoint.load_model(path)
+    x = torch.randn(1, 3, 4, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval().backbone(x), model.eval().backbone(x))

@@ -31,7 +31,7 @@ def coded(tmp_path_factory):
 
 
 def _batches(data, cfg, n=3, batch_size=2, **kw):
-    return list(make_loader(data, cfg, batch_size=batch_size, num_batches=n, debug=True, **kw))
+    return list(make_loader(data, cfg, batch_size=batch_size, num_batches=n, **kw))
 
 
 def _codes(clip: torch.Tensor) -> list[tuple[int, int]]:
@@ -191,8 +191,7 @@ def test_float_rad_residual_is_the_same_image_on_every_frame(coded, op):
     augmented clip); RAD-inter's windows are never from the sample's own video."""
     cfg = dataclasses.replace(PLAIN, appearance_op=op, rad_lambda=(0.3, 0.5), crop_scale=(0.3, 1.0), flip="independent",
                               color_jitter=1.0, grayscale=0.3)
-    batch = next(iter(make_loader(coded, dataclasses.replace(cfg, augment_on_device=True), batch_size=3, num_batches=1,
-                                 debug=True)))
+    batch = next(iter(make_loader(coded, dataclasses.replace(cfg, augment_on_device=True), batch_size=3, num_batches=1)))
     out = apply_views(batch, cfg.size).double().permute(0, 1, 5, 2, 3, 4)  # (B, V, 3, T, S, S)
     clean = apply_views({**batch, "lam": torch.zeros_like(batch["lam"])}, cfg.size).double().permute(0, 1, 5, 2, 3, 4)
     checked = 0

@@ -81,7 +81,7 @@ def test_batch_contract(data, changes, names):
     changes = dict(changes)
     mode = changes.pop("mode", "moquad")
     cfg = dataclasses.replace(CFG, **changes)
-    loader = make_loader(data, cfg, batch_size=3, debug=True, mode=mode)
+    loader = make_loader(data, cfg, batch_size=3, mode=mode)
     batches = list(loader)
     assert len(loader) == len(batches) == 14 // 3
     b, v = batches[0], len(names)
@@ -290,7 +290,7 @@ def test_short_videos_never_wrap_and_reverse_their_intra_negatives(tmp_path):
     root = write_dataset(tmp_path / "short", [(f"v{i:02d}", coded_video(i, 10), 0) for i in range(4)])
     cfg = dataclasses.replace(CFG, frames=6, dilations=(1, 2, 4), crop_scale=(1.0, 1.0), flip="none",
                               color_jitter=0.0, grayscale=0.0, size=32)
-    for b in make_loader(root, cfg, batch_size=2, debug=True):
+    for b in make_loader(root, cfg, batch_size=2):
         for i, info in enumerate(b["info"]):
             assert info["rule"] == "reverse" and info["dilations"] == (1, 1)
             video = int(b["video_id"][i][1:])
@@ -323,7 +323,7 @@ def test_real_shards_give_the_manifest_frames_and_cross_shard_donors(preprocesse
     cfg = dataclasses.replace(CFG, frames=6, size=32, crop_scale=(1.0, 1.0), flip="none", color_jitter=0.0,
                               grayscale=0.0, workers=2, dilations=(1, 3))
     assert len(split.shards) > 2
-    for b in make_loader(preprocessed, cfg, batch_size=2, debug=True):
+    for b in make_loader(preprocessed, cfg, batch_size=2):
         for i, vid in enumerate(b["video_id"]):
             r = row[vid]
             assert b["label"][i] == split.label[r]
@@ -362,8 +362,8 @@ def test_worker_and_device_paths_give_the_same_views(textured, changes):
     changes = dict(changes)
     mode = changes.pop("mode", "moquad")
     cfg = dataclasses.replace(CFG, size=32, color_jitter=0.8, grayscale=0.2, **changes)
-    cpu = next(iter(make_loader(textured, cfg, batch_size=3, debug=True, mode=mode)))
-    raw = next(iter(make_loader(textured, dataclasses.replace(cfg, augment_on_device=True), batch_size=3, debug=True,
+    cpu = next(iter(make_loader(textured, cfg, batch_size=3, mode=mode)))
+    raw = next(iter(make_loader(textured, dataclasses.replace(cfg, augment_on_device=True), batch_size=3,
                                 mode=mode)))
     assert "views" not in raw and raw["raw"].shape[2:] == (48, 56, 3)  # padded to the largest frame
     assert raw["video_id"] == cpu["video_id"] and torch.equal(raw["lam"], cpu["lam"])
@@ -383,7 +383,7 @@ def test_augment_on_device_in_worker_processes(data):
     the planned frames from the coded pixels)."""
     cfg = dataclasses.replace(CFG, workers=2, crop_scale=(1.0, 1.0), flip="none", color_jitter=0.0, grayscale=0.0,
                               augment_on_device=True)
-    batches = list(make_loader(data, cfg, batch_size=2, debug=True))
+    batches = list(make_loader(data, cfg, batch_size=2))
     assert len(batches) == 7 and len(_ids(batches)) == 14
     for batch in batches:
         assert batch["raw"].is_shared()

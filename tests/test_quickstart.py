@@ -38,6 +38,9 @@ def test_quickstart_writes_comparison(tmp_path):
     for method in ("simclr", "moquad"):  # a finished run's checkpoint says so (issue 16: _finished was off by one)
         last = tmp_path / "qs" / method / "checkpoints" / "last.pt"
         assert checkpoint.load(last)["epoch"] == 2 and _finished(last, 2) and not _finished(last, 3)
+    untrained = checkpoint.load(tmp_path / "qs" / "random" / "checkpoints" / "last.pt")  # the floor: not resumable
+    assert (untrained["step"], untrained["epoch"]) == (0, -1) and "optimizer" not in untrained
+    assert json.loads((tmp_path / "qs" / "quickstart.json").read_text())["kind"] == "types"  # every stamp names it
     # a second call reuses data and finished runs instead of redoing them
     again = quickstart(tmp_path / "qs", epochs=2, classes=2, per_class=4, seed=1)
     assert again == results

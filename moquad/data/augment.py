@@ -1,4 +1,4 @@
-"""Pixels from :class:`~moquad.data.views.ViewParams`: ONE torch implementation, in the workers or on the GPU.
+"""Pixels from :class:`~moquad.data.views.ViewParams`: ONE implementation, in the workers or on the GPU.
 
 :func:`apply_views` turns a batch of decoded frames and the batch's view parameters into the views.
 The DataLoader workers call it (default) and ship uint8 views; with ``augment_on_device`` the workers
@@ -16,13 +16,20 @@ ship the frames and parameters and the training loop calls the same function on 
    resized once to ``size`` (RAD-inter and RAD-intra), or one frame of the clip itself after step 2 (BE).
    The same ``D`` on every frame: temporal differences are only scaled.
 
-The two paths differ only in number representation: on the CPU the resize reads and writes uint8
-(torch's fast antialiased uint8 kernel, so step 1 rounds) and the worker rounds the result to uint8 for
-transport; on CUDA everything stays float32. Same parameters, pixels within 1 grey level (tested).
+The two paths differ only in number representation and kernels. On the CPU step 1 reads and writes uint8
+(numpy gathers the box of the clip's frames, torch's fast antialiased uint8 kernel resizes, so step 1
+rounds; OpenCV flips), step 2 is float32 (``cv2.transform``: one multiply-add per value; OpenCV's own
+uint8 map is fixed point, up to 0.7 levels off, so the clip is converted first), step 3 float32, and the
+worker rounds the result half up to uint8 for transport (the +0.5 folded into the last float step, the cast
+truncates): the only rounding after step 1. On CUDA everything stays float32 (step 2 a 1 x 1 convolution).
+Same parameters, pixels within 1 grey level (tested); a clip with no colour op is the same bits as the
+torch-only CPU path before OpenCV, a coloured one within 1 level where float32 rounding straddled a .5
+(tests/test_augment_uint8.py).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -35,7 +42,10 @@ from moquad.data.ops import APPEARANCE_OPS
 MEAN = (0.43216, 0.394666, 0.37645)
 STD = (0.22803, 0.22145, 0.216989)
 _GRAY = (0.299, 0.587, 0.114)
+_TAIL = 64  # pixels of padding after a clip for cv2.transform: every real pixel takes its SIMD path
 _RGB2YIQ = ((0.299, 0.587, 0.114), (0.596, -0.274, -0.322), (0.211, -0.523, 0.312))
+_RGB2YIQ_32 = torch.tensor(_RGB2YIQ, dtype=torch.float64).to(torch.float32)
+_YIQ2RGB_32 = torch.linalg.inv(torch.tensor(_RGB2YIQ, dtype=torch.float64)).to(torch.float32)  # inverted once
 PARAM_KEYS = ("raw", "frame_index", "box", "flip", "colour_ops", "colour_factors", "lam", "cells", "noise_frame", "pool",
               "appearance_op")
 
@@ -49,8 +59,7 @@ def colour_matrices(codes: torch.Tensor, factors: torch.Tensor, mean_rgb: torch.
     eye = torch.eye(3, device=dev).expand(n, 3, 3)
     gray = torch.tensor(_GRAY, dtype=torch.float32, device=dev)
     to_gray = torch.ones(3, 1, device=dev) * gray  # every row: the grey weights
-    rgb2yiq = torch.tensor(_RGB2YIQ, dtype=torch.float64).to(torch.float32).to(dev)
-    yiq2rgb = torch.linalg.inv(torch.tensor(_RGB2YIQ, dtype=torch.float64)).to(torch.float32).to(dev)
+    rgb2yiq, yiq2rgb = _RGB2YIQ_32.to(dev), _YIQ2RGB_32.to(dev)
     m, b = eye.clone(), torch.zeros(n, 3, device=dev)
     mean_rgb = mean_rgb.to(torch.float32)
     for i in range(codes.shape[1]):
@@ -68,38 +77,90 @@ def colour_matrices(codes: torch.Tensor, factors: torch.Tensor, mean_rgb: torch.
     return torch.cat([m, b[:, :, None]], dim=2)
 
 
+def _cv2():
+    """OpenCV, imported on first use (the CPU path only), its thread count following torch's (one in a worker)."""
+    import cv2
+
+    if cv2.getNumThreads() != torch.get_num_threads():
+        cv2.setNumThreads(torch.get_num_threads())
+    return cv2
+
+
 def crop_resize(frames: torch.Tensor, index: torch.Tensor, box: list[int], flip: bool, size: int) -> torch.Tensor:
-    """One clip: frames (U, H, W, 3) -> (T, size, size, 3), same dtype on CPU (uint8 stays uint8), float on CUDA."""
+    """One clip: frames (U, H, W, 3) -> contiguous (T, size, size, 3): uint8 on the CPU (uint8 stays uint8), float
+    on CUDA. On the CPU the box of the T frames is gathered by numpy (one copy; torch's advanced indexing with
+    slices is ~10x slower) and the flip is OpenCV's (one call for the clip, ~2x torch's)."""
     top, left, h, w = box
-    x = frames[index, top : top + h, left : left + w]  # (T, h, w, 3): one gather copy
+    cpu = frames.device.type == "cpu"
+    if cpu:
+        x = torch.from_numpy(frames.numpy()[index.numpy(), top : top + h, left : left + w])  # (T, h, w, 3)
+    else:
+        x = frames.index_select(0, index)[:, top : top + h, left : left + w]
     x = x.permute(0, 3, 1, 2)  # channels-last memory: the layout the fast kernels want
-    if x.device.type != "cpu" or x.dtype != torch.uint8:
+    if not cpu or x.dtype != torch.uint8:
         x = x.float()
     if (h, w) != (size, size):
         x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
-    if flip:
-        x = x.flip(-1)
-    return x.permute(0, 2, 3, 1)
+    x = x.permute(0, 2, 3, 1).contiguous()
+    if flip and cpu:  # each row of the (T * size, size) image reversed: every frame mirrored
+        return torch.from_numpy(_cv2().flip(x.numpy().reshape(-1, size, 3), 1)).view(x.shape)
+    return x.flip(2) if flip else x
 
 
-def _crops(batch: dict, size: int) -> torch.Tensor:
-    """Step 1 for every clip of the batch -> (B*V, T, S, S, 3): uint8 on the CPU, float32 on CUDA."""
+def _crops(batch: dict, size: int) -> list[torch.Tensor]:
+    """Step 1 for every clip of the batch -> B*V clips (T, S, S, 3): uint8 on the CPU, float32 on CUDA."""
     raw, index = batch["raw"], batch["frame_index"].to(batch["raw"].device)
     b, v, t = index.shape
     boxes, flips = batch["box"].tolist(), batch["flip"].tolist()
-    dtype = torch.uint8 if raw.device.type == "cpu" else torch.float32
-    y = torch.empty((b * v, t, size, size, 3), dtype=dtype, device=raw.device)
-    for i in range(b):
-        for j in range(v):
-            y[i * v + j] = crop_resize(raw[i], index[i, j], boxes[i][j], flips[i][j], size)
-    return y
+    return [crop_resize(raw[i], index[i, j], boxes[i][j], flips[i][j], size) for i in range(b) for j in range(v)]
 
 
-def _colour_maps(y: torch.Tensor, codes: torch.Tensor, factors: torch.Tensor, sel: list[int]) -> torch.Tensor:
+def _colour_maps(clips: list[torch.Tensor], codes: torch.Tensor, factors: torch.Tensor, sel: list[int]) -> torch.Tensor:
     """``[M | b]`` (len(sel), 3, 4) of the clips ``sel`` (one batched composition for the whole batch)."""
-    idx = torch.tensor(sel, device=y.device)
-    mean = y[idx, ::4, ::8, ::8].reshape(len(sel), -1, 3).float().mean(1)
-    return colour_matrices(codes[sel].to(y.device), factors[sel].to(y.device), mean)
+    mean = torch.stack([clips[i][::4, ::8, ::8].reshape(-1, 3).float().mean(0) for i in sel])
+    dev = mean.device
+    return colour_matrices(codes[sel].to(dev), factors[sel].to(dev), mean)
+
+
+def colour_map(x: torch.Tensor, mb: torch.Tensor, o: float) -> torch.Tensor:
+    """Step 2 of one clip: (T, S, S, 3) uint8 or float -> float32 ``clamp(M @ rgb + b + o, o, 255 + o)``.
+
+    One float32 multiply-add per output value either way: OpenCV's ``cv2.transform`` on the CPU (~4x torch's
+    1 x 1 convolution there), a channels-last 1 x 1 convolution on CUDA.
+    """
+    if x.device.type == "cpu":
+        m = mb.numpy().astype(np.float32)
+        m[:, 3] += o
+        flat = torch.empty(x.numel() + 3 * _TAIL)  # OpenCV's scalar tail rounds differently: keep it in padding
+        flat[: x.numel()].view(x.shape).copy_(x)
+        y = torch.from_numpy(_cv2().transform(flat.numpy().reshape(-1, 1, 3), m))[: x.numel() // 3].view(x.shape)
+    else:
+        y = F.conv2d(x.permute(0, 3, 1, 2).float(), mb[:, :3, None, None], mb[:, 3] + o).permute(0, 2, 3, 1)
+    return y.clamp_(o, 255 + o)
+
+
+def _finish(x: torch.Tensor, mb: torch.Tensor | None, lam: float, o: float, noise, dst: torch.Tensor) -> None:
+    """Steps 2 and 3 of one clip into ``dst`` (uint8: ``o`` = 0.5 folded in, the cast truncates; float: ``o`` = 0).
+
+    ``noise(x, offset)`` -> the op's ``D`` for this clip; ``offset``: what ``x`` carries (``o`` after a colour map).
+    """
+    offset = 0.0
+    if mb is not None:  # step 2: clamp(M @ rgb + b), with the rounding offset already added
+        x, offset = colour_map(x, mb, o), o
+    if lam > 0:  # step 3: (1 - lam) V + lam D, the same D on every frame (the op makes D)
+        d = noise(x, offset)
+        e = d.contiguous() * lam + (o - offset * (1 - lam))  # the mosaics are channel-planar views
+        if x.dtype == torch.uint8:
+            x = torch.add(e, x, alpha=1 - lam)  # uint8 + float -> float32
+        else:
+            x = torch.add(e, x, alpha=1 - lam, out=x)  # in place: x is this clip's own buffer
+        offset = o
+    if x.dtype != torch.uint8 and offset != o:
+        x = x + o
+    if dst.dtype == torch.uint8 and x.dtype != torch.uint8 and dst.device.type == "cpu":
+        np.copyto(dst.numpy(), x.numpy(), casting="unsafe")  # truncating value + 0.5 rounds half up; ~7x torch's cast
+    else:
+        dst.copy_(x)
 
 
 def apply_views(batch: dict, size: int, quantize: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -115,31 +176,17 @@ def apply_views(batch: dict, size: int, quantize: bool = False, out: torch.Tenso
     b, v, t = batch["frame_index"].shape
     n, dev = b * v, batch["raw"].device
     batch = {**batch, "pool": batch["pool"].to(dev), "frame_index": batch["frame_index"].to(dev)}
-    y = _crops(batch, size)
+    clips = _crops(batch, size)
     codes, factors = batch["colour_ops"].reshape(n, -1), batch["colour_factors"].reshape(n, -1)
     lam = batch["lam"].reshape(n).tolist()
     coloured = [i for i in range(n) if bool(codes[i].any())]
-    maps = dict(zip(coloured, _colour_maps(y, codes, factors, coloured))) if coloured else {}
+    maps = dict(zip(coloured, _colour_maps(clips, codes, factors, coloured))) if coloured else {}
     op, cache = APPEARANCE_OPS[batch["appearance_op"]], {}
-    o = 0.5 if quantize else 0.0
     if out is None:
-        out = torch.empty(y.shape, dtype=torch.uint8 if quantize else torch.float32, device=dev)
+        out = torch.empty((n, t, size, size, 3), dtype=torch.uint8 if quantize else torch.float32, device=dev)
     for i in range(n):
-        x, offset = y[i], 0.0
-        if i in maps:  # step 2: clamp(M @ rgb + b), channels-last 1x1 convolution (the fastest 3x3 map)
-            mb = maps[i]
-            x = F.conv2d(x.permute(0, 3, 1, 2).float(), mb[:, :3, None, None], mb[:, 3] + o).permute(0, 2, 3, 1)
-            x, offset = x.clamp_(o, 255 + o), o
-        if lam[i] > 0:  # step 3: (1 - lam) V + lam D, the same D on every frame (the op makes D)
-            d = op.noise(batch, i, x, offset, cache)
-            x = torch.add(d * lam[i] + (o - offset * (1 - lam[i])), x.float(), alpha=1 - lam[i])
-            offset = o
-        if x.dtype != torch.uint8 and offset != o:
-            x = x.float() + o
-        if quantize and x.dtype != torch.uint8 and dev.type == "cpu":  # numpy's cast is ~7x faster here
-            np.copyto(out[i].numpy(), x.contiguous().numpy(), casting="unsafe")
-        else:
-            out[i] = x  # uint8 output: truncating value + 0.5 rounds half up
+        noise = functools.partial(op.noise, batch, i, cache=cache) if lam[i] > 0 else None
+        _finish(clips[i], maps.get(i), lam[i], 0.5 if quantize else 0.0, noise, out[i])
     return out.view(b, v, t, size, size, 3)
 
 

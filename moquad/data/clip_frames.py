@@ -19,7 +19,7 @@ and never freezes on the last frame. Instead:
   evenly, never at one end), the same for every view; the Intra-Negs are its reverse. Evaluation
   uses the same stretched clip for such videos.
 
-The rule used for a video is reported as ``speed``, ``reverse`` or ``stretch`` (loader debug info),
+The rule used for a video is reported as ``speed``, ``reverse`` or ``stretch`` (the loader's per-video info),
 and ``moquad info`` / the start of ``moquad pretrain`` count the videos each dilation cannot fit.
 """
 

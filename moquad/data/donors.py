@@ -2,8 +2,9 @@
 
 For each batch the loader draws ``max(donors_per_sample * batch, k * k + 1)`` distinct videos of the split
 at random (seeded by seed, epoch, batch and rank), reads ONE random frame of each by its byte range (a
-single small read each, thanks to the manifest's frame index) and stores it at the RAD window size. Each
-disturbed view then fills its ``k * k`` windows from that pool with DISTINCT videos, never its own: a
+single small read each, thanks to the manifest's frame index), decodes it (at reduced size with
+``scaled_decode``: :func:`donor_pool`) and stores it at the RAD window size. Each disturbed view then fills
+its ``k * k`` windows from that pool with DISTINCT videos, never its own: a
 mosaic holds ``min(k * k, videos - 1)`` distinct videos whatever the per-rank batch (fewer only if donor
 frames fail to read). Videos from shards other than the sample's come first (donors are then
 uncorrelated with the shard being read: the cross-shard donors of the design), then other videos of its
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from moquad.data.store import BadSample, Split, decode_jpeg
+from moquad.data.store import REDUCTIONS, BadSample, Split, decode_jpeg, reduced_hw
 from moquad.data.views import DonorPick
 from moquad.errors import MoquadError
 
@@ -69,15 +70,19 @@ def donor_picks(split: Split, count: int, rng: np.random.Generator) -> list[tupl
     return [(i, int(rng.integers(0, split.num_frames[i]))) for i in chosen.tolist()]
 
 
-def donor_pool(split: Split, picks: list[tuple[int, int]], cell: int) -> DonorPool:
-    """Read and decode the frames ``picks`` (:func:`donor_picks`) at the window size ``cell``."""
+def donor_pool(split: Split, picks: list[tuple[int, int]], cell: int, scaled: bool = False) -> DonorPool:
+    """Read and decode the frames ``picks`` (:func:`donor_picks`) at the window size ``cell``; ``scaled``: each
+    decoded at the largest reduction (1/8, 1/4, 1/2) that keeps ``2 * cell`` pixels on its short side (256-px
+    frames, 23-px windows: 1/4, windows within 50 dB PSNR of full-size decoding; 1/8, its 8x8 block means, 33 dB)."""
     frames, videos, used = [], [], 0
     for (i, _), data in zip(picks, split.frame_bytes_many(picks)):  # the reads overlap on an object store
+        hw = (int(split.height[i]), int(split.width[i]))
+        reduce = next((r for r in REDUCTIONS if min(reduced_hw(hw, r)) >= 2 * cell), 1) if scaled else 1
         try:
             if isinstance(data, Exception):
                 raise data
             used += len(data)
-            frames.append(decode_jpeg(data))
+            frames.append(decode_jpeg(data, reduce=reduce, hw=hw))
         except (BadSample, OSError):
             continue
         videos.append(i)

@@ -9,6 +9,11 @@ worker in small stages, all driven by the manifest (:class:`~moquad.data.store.S
       RAD donors, one frame of random other videos read by index, or the video's own frames)
       -> apply_views (here) or ship frames + parameters (augment_on_device)
 
+- Reduced-size decoding (``scaled_decode``, not with ``decode_on_device``): a frame is decoded at 1/2, 1/4 or
+  1/8 (libjpeg-turbo's DCT scaling) when every crop box using it still covers the output at that scale; the
+  boxes are then given in the reduced frames' pixels (views.reduce_views), each edge moved to the nearest
+  reduced pixel (<= r/2 source pixels). ``raw`` holds each frame at the top left of its slot.
+
 - Deterministic whatever the number of workers: the DataLoader hands out batch indices in order, and
   every random choice is seeded by ``(seed, epoch, video)`` (views) or ``(seed, epoch, batch, rank)``
   (donor pool), never by a worker's state. Resuming at step k starts the sampler at batch k.
@@ -41,8 +46,8 @@ from moquad.config import LoaderConfig
 from moquad.data.augment import apply_views
 from moquad.data.donors import DonorPool, donor_picks, donor_pool, resize_cells
 from moquad.data.epoch_plan import EpochPlan, stream
-from moquad.data.store import BadSample, Split, decode_frames, decode_jpeg
-from moquad.data.views import ViewParams, cell_size, check_config, draw_views, needs_donors
+from moquad.data.store import BadSample, Split, decode_frames, decode_jpeg, reduced_hw
+from moquad.data.views import ViewParams, cell_size, check_config, draw_views, needs_donors, reduce_views
 from moquad.data.workers import ignore_preemption
 from moquad.errors import MoquadError
 from moquad.objstore import Location
@@ -60,25 +65,22 @@ def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
 
 def _decode_into(out: np.ndarray, payload: bytes, offsets: np.ndarray, frames: np.ndarray,
-                 hw: tuple[int, int]) -> None:
-    """Decode ``frames`` of one video (``hw`` pixels) straight into ``out`` (>= U, >= H, >= W, 3); zero the padding."""
+                 hw: tuple[int, int], reduce: np.ndarray) -> None:
+    """Decode ``frames`` of one video (``hw`` pixels), each at ``1 / reduce`` (store.decode_jpeg), straight into
+    ``out`` (>= U, >= H, >= W, 3) at the top left; zero the padding."""
     view = memoryview(payload)
-    height, width = hw
-    for j, f in enumerate(frames.tolist()):
+    for j, (f, r) in enumerate(zip(frames.tolist(), reduce.tolist())):
         data = view[offsets[f] : offsets[f + 1]]
-        if width == out.shape[2]:
-            frame = decode_jpeg(data, out=out[j, :height])
-        else:
-            frame = decode_jpeg(data)
-            if frame.shape[:2] != (height, width):
-                raise BadSample(f"frame of {frame.shape[1]}x{frame.shape[0]} pixels, the manifest says {width}x{height}")
-            out[j, :height, :width] = frame
+        height, width = reduced_hw(hw, r)
+        frame = decode_jpeg(data, out=out[j, :height] if width == out.shape[2] else None, reduce=r, hw=hw)
         if frame.shape[:2] != (height, width):
-            raise BadSample(f"frame of {frame.shape[1]}x{frame.shape[0]} pixels, the manifest says {width}x{height}")
-    u = len(frames)
-    out[u:] = 0
-    out[:u, height:] = 0
-    out[:u, :height, width:] = 0
+            raise BadSample(f"frame of {frame.shape[1]}x{frame.shape[0]} pixels at 1/{r}, the manifest says "
+                            f"{hw[1]}x{hw[0]}")
+        if width != out.shape[2]:
+            out[j, :height, :width] = frame
+            out[j, :height, width:] = 0
+        out[j, height:] = 0
+    out[len(frames):] = 0
 
 
 def check_jpegs(payload: bytes, offsets: np.ndarray, frames: np.ndarray, hw: tuple[int, int]) -> None:
@@ -103,10 +105,11 @@ class EpochBatches(Dataset):
     """Map-style dataset whose item ``j`` is rank ``rank``'s whole batch ``j`` of the epoch."""
 
     def __init__(self, split: Split, cfg: LoaderConfig, plan: EpochPlan, epoch: int, rank: int, *,
-                 mode: str, debug: bool, end: int | None = None) -> None:
+                 mode: str, end: int | None = None) -> None:
         self.split, self.cfg, self.plan, self.epoch, self.rank, self.mode = split, cfg, plan, epoch, rank, mode
         self.end = plan.num_batches if end is None else end  # the loader's last batch + 1 (no reads past it)
-        self.augment_on_device, self.debug = cfg.augment_on_device or cfg.decode_on_device, debug
+        self.augment_on_device = cfg.augment_on_device or cfg.decode_on_device
+        self.scaled = cfg.scaled_decode and not cfg.decode_on_device  # nvJPEG decodes full size
 
     def __len__(self) -> int:
         return self.plan.num_batches
@@ -116,7 +119,8 @@ class EpochBatches(Dataset):
         rows = [int(i) for i in self.plan.batch(j, self.rank)]
         picks = self._donor_picks(j)
         self._start_reads(j, rows, picks)
-        pool = donor_pool(split, picks, cell_size(cfg)) if picks else None  # picks: only when the views need donors
+        # picks: only when the views need donors; reduced-size donor decoding in every path (one pool, one result)
+        pool = donor_pool(split, picks, cell_size(cfg), cfg.scaled_decode) if picks else None
         spares = self.plan.spares(j, self.rank)
         bad: list[dict[str, str]] = []
         drawn = [self._draw(i, j, pool, spares, bad) for i in rows]
@@ -177,9 +181,22 @@ class EpochBatches(Dataset):
         return i, payload, draw_views(int(split.num_frames[i]), hw, cfg, rng, pick, str(split.video_id[i]),
                                       self.mode)
 
-    def _frames(self, drawn: list[tuple[int, bytes, ViewParams]]) -> dict[str, torch.Tensor]:
-        """The views' frames: decoded into ``raw`` (B, U, H, W, 3), or, with ``decode_on_device``, their JPEG
-        bytes (``jpeg`` flat uint8, ``jpeg_offsets`` (N+1,), ``jpeg_count`` (B,), ``hw`` (B, 2)) for the GPU."""
+    def _hw(self, i: int) -> tuple[int, int]:
+        return int(self.split.height[i]), int(self.split.width[i])
+
+    def _reductions(self, drawn: list[tuple[int, bytes, ViewParams]]) -> tuple[list[np.ndarray], np.ndarray]:
+        """Per video, the reduction each decoded frame is decoded at (all 1 without ``scaled_decode``), and the
+        views' boxes (B, V, 4) in the pixels of those frames (views.reduce_views)."""
+        per_video = [reduce_views(p, self._hw(i), self.cfg.size, cell_size(self.cfg)) if self.scaled else
+                     (np.ones(len(p.frames), np.int64), p.box) for i, _, p in drawn]
+        for (_, _, p), (reduce, _) in zip(drawn, per_video):
+            p.info["reduce"] = reduce  # per-video info: the reduction of each of ``frames``
+        return [r for r, _ in per_video], np.stack([b for _, b in per_video])
+
+    def _frames(self, drawn: list[tuple[int, bytes, ViewParams]], reduce: list[np.ndarray]) -> dict[str, torch.Tensor]:
+        """The views' frames: decoded (each at ``1 / reduce``) into ``raw`` (B, U, H, W, 3), or, with
+        ``decode_on_device``, their JPEG bytes (``jpeg`` flat uint8, ``jpeg_offsets`` (N+1,), ``jpeg_count`` (B,),
+        ``hw`` (B, 2)) for the GPU."""
         split = self.split
         idx = [d[0] for d in drawn]
         if self.cfg.decode_on_device:
@@ -198,13 +215,13 @@ class EpochBatches(Dataset):
             return {"jpeg": flat, "jpeg_offsets": torch.from_numpy(ends),
                     "jpeg_count": torch.tensor([len(p.frames) for _, _, p in drawn]),
                     "hw": torch.from_numpy(np.stack([split.height[idx], split.width[idx]], 1))}
-        shape = (max(len(d[2].frames) for d in drawn), int(split.height[idx].max()), int(split.width[idx].max()), 3)
+        hw = np.array([reduced_hw(self._hw(i), int(r.min())) for (i, _, _), r in zip(drawn, reduce)])  # largest
+        shape = (max(len(d[2].frames) for d in drawn), int(hw[:, 0].max()), int(hw[:, 1].max()), 3)
         raw = _empty((len(drawn), *shape), torch.uint8) if self.augment_on_device else \
             torch.from_numpy(np.empty((len(drawn), *shape), dtype=np.uint8))
         for pos, (i, payload, p) in enumerate(drawn):
             try:
-                _decode_into(raw.numpy()[pos], payload, split.frame_offsets(i), p.frames,
-                             (int(split.height[i]), int(split.width[i])))
+                _decode_into(raw.numpy()[pos], payload, split.frame_offsets(i), p.frames, self._hw(i), reduce[pos])
             except BadSample as e:
                 raise _DecodeFailed(pos, e) from None
         return {"raw": raw}
@@ -213,9 +230,11 @@ class EpochBatches(Dataset):
         split, cfg = self.split, self.cfg
         idx = [d[0] for d in drawn]
         params = [d[2] for d in drawn]
+        reduce, boxes = self._reductions(drawn)
         batch = {k: torch.from_numpy(np.stack([getattr(p, k) for p in params])) for k in _STACKED}
-        batch.update(self._frames(drawn))
-        batch["cells"], batch["pool"] = self._cells(drawn, batch.get("raw"), pool)
+        batch["box"] = torch.from_numpy(boxes)
+        batch.update(self._frames(drawn, reduce))
+        batch["cells"], batch["pool"] = self._cells(drawn, batch.get("raw"), pool, reduce)
         batch["appearance_op"] = cfg.appearance_op
         out = {"view_names": params[0].names, "video_id": [str(split.video_id[i]) for i in idx],
                "index": torch.tensor(idx, dtype=torch.int64), "label": torch.from_numpy(split.label[idx]),
@@ -228,12 +247,11 @@ class EpochBatches(Dataset):
             shared = _empty((b * v, t, cfg.size, cfg.size, 3), torch.uint8)
             views = apply_views(batch, cfg.size, quantize=True, out=shared)  # (B, V, T, S, S, 3) uint8
             out["views"] = views.permute(0, 1, 5, 2, 3, 4)  # (B, V, 3, T, S, S), channels-last memory
-        if self.debug:
-            out["info"] = [p.info for p in params]
+        out["info"] = [p.info for p in params]  # ~11 kB per K400 batch of 8: always sent (tests, benchmarks read it)
         return out
 
     def _cells(self, drawn: list[tuple[int, bytes, ViewParams]], raw: torch.Tensor | None,
-               pool: DonorPool | None) -> tuple:
+               pool: DonorPool | None, reduce: list[np.ndarray]) -> tuple:
         """RAD windows of the batch as indices into ONE pool: donor frames + the videos' own (an op whose
         ``source`` is ``own``, e.g. RAD-intra)."""
         c = cell_size(self.cfg)
@@ -243,19 +261,31 @@ class EpochBatches(Dataset):
         for b, (i, payload, p) in enumerate(drawn):
             own = p.own_cells >= 0
             if own.any():
-                h, w = int(self.split.height[i]), int(self.split.width[i])
                 if raw is not None:
-                    picked = raw[b, torch.from_numpy(p.own_cells[own]), :h, :w].contiguous()
+                    resized = _own_cells(raw[b], p.own_cells[own], reduce[b], self._hw(i), c)
                 else:  # decode_on_device: the worker decodes just these frames
                     try:
                         picked = torch.from_numpy(decode_frames(payload, self.split.frame_offsets(i),
                                                                 p.frames[p.own_cells[own]]))
                     except BadSample as e:
                         raise _DecodeFailed(b, e) from None
-                parts.append(resize_cells(picked, c))
+                    resized = resize_cells(picked, c)
+                parts.append(resized)
                 cells[b][own] = base + np.arange(int(own.sum()))
                 base += int(own.sum())
         return torch.from_numpy(cells), torch.cat(parts)
+
+
+def _own_cells(raw: torch.Tensor, positions: np.ndarray, reduce: np.ndarray, hw: tuple[int, int],
+               cell: int) -> torch.Tensor:
+    """RAD-intra windows: the video's decoded frames ``positions`` of ``raw`` (U, H, W, 3) (each at ``1 / reduce``
+    of ``hw``, top left) resized to ``cell`` -> (N, cell, cell, 3), in the order of ``positions``."""
+    out = torch.empty((len(positions), cell, cell, 3), dtype=torch.uint8)
+    for r in np.unique(reduce[positions]).tolist():
+        h, w = reduced_hw(hw, r)
+        sel = np.flatnonzero(reduce[positions] == r)
+        out[torch.from_numpy(sel)] = resize_cells(raw[torch.from_numpy(positions[sel]), :h, :w].contiguous(), cell)
+    return out
 
 
 class _DecodeFailed(Exception):
@@ -294,8 +324,8 @@ class _RunBatches(Dataset):
     """The dataset of a :class:`RunLoader`: item ``(epoch, j)`` is batch ``j`` of that epoch (its
     :class:`EpochBatches` built in the worker when the epoch changes: one permutation, milliseconds)."""
 
-    def __init__(self, split: Split, per_rank: int, world: int, rank: int, debug: bool) -> None:
-        self.split, self.per_rank, self.world, self.rank, self.debug = split, per_rank, world, rank, debug
+    def __init__(self, split: Split, per_rank: int, world: int, rank: int) -> None:
+        self.split, self.per_rank, self.world, self.rank = split, per_rank, world, rank
         self._current: tuple[_Epoch, EpochBatches] | None = None
 
     def __getitem__(self, key: tuple[_Epoch, int]) -> dict[str, Any]:
@@ -303,7 +333,7 @@ class _RunBatches(Dataset):
         if self._current is None or self._current[0] != spec:
             plan = EpochPlan(len(self.split), self.per_rank, self.world, spec.cfg.seed, spec.epoch)
             self._current = spec, EpochBatches(self.split, spec.cfg, plan, spec.epoch, self.rank, mode=spec.mode,
-                                               debug=self.debug, end=spec.end)
+                                               end=spec.end)
         return self._current[1][j]
 
 
@@ -326,12 +356,12 @@ class RunLoader:
     only tells the sampler which batches come next. Pass it as ``data_dir`` to :func:`make_loader`."""
 
     def __init__(self, data: Location | Split, cfg: LoaderConfig, *, split: str = "train", batch_size: int,
-                 rank: int = 0, world_size: int = 1, pin_memory: bool = False, debug: bool = False) -> None:
+                 rank: int = 0, world_size: int = 1, pin_memory: bool = False) -> None:
         self.split = _open(data, cfg, split, rank, world_size)
         self.num_batches = EpochPlan(len(self.split), batch_size, world_size, cfg.seed, 0).num_batches
         self.batch_size, self.rank, self.world_size, self.pin_memory = batch_size, rank, world_size, pin_memory
         self.sampler = _Sampler()
-        ds = _RunBatches(self.split, batch_size, world_size, rank, debug)
+        ds = _RunBatches(self.split, batch_size, world_size, rank)
         self.loader = _data_loader(ds, self.sampler, cfg.workers, pin_memory, persistent=cfg.workers > 0)
         atexit.register(_stop_workers, weakref.ref(self.loader))  # runs before multiprocessing's exit handler
 
@@ -390,16 +420,16 @@ def make_loader(
     start: int = 0,
     num_batches: int | None = None,
     pin_memory: bool = False,
-    debug: bool = False,
     mode: str = "moquad",
 ) -> DataLoader:
     """DataLoader of rank ``rank``'s batches ``start, start+1, ...`` of epoch ``epoch`` (module docstring).
 
     ``mode`` picks the views (``views.MODES``; the trainer sets it per epoch).
     Batches: ``views`` uint8 (B, V, 3, T, H, W) (or, with ``augment_on_device``, ``raw`` frames and the
-    view parameters for ``augment.to_model``), ``view_names``, ``video_id``, ``index`` int64 (B,) (manifest
+    view parameters for ``augment.to_model``; ``box`` in the pixels of the frames as decoded), ``view_names``, ``video_id``, ``index`` int64 (B,) (manifest
     row, the identity the losses mask by), ``label`` int64 (B,), ``lam`` float32 (B, V), ``bad`` (skipped
-    samples), ``bytes`` (read for this batch); ``debug`` adds per-video ``info``. ``num_batches`` caps the
+    samples), ``bytes`` (read for this batch), per-video ``info`` (dilations, frame indices,
+    donor ids, ``reduce``: the reduction each decoded frame had, module docstring). ``num_batches`` caps the
     epoch below ``videos // (batch_size * world_size)``. ``data_dir`` may be a :class:`RunLoader` (the trainer's:
     built once per run, workers kept across epochs); the batches are the same.
     """
@@ -416,5 +446,5 @@ def make_loader(
     plan = EpochPlan(len(data), batch_size, world_size, cfg.seed, epoch)
     total = plan.num_batches if num_batches is None else min(num_batches, plan.num_batches)
     _check_start(start, total)
-    ds = EpochBatches(data, cfg, plan, epoch, rank, mode=mode, debug=debug, end=total)
+    ds = EpochBatches(data, cfg, plan, epoch, rank, mode=mode, end=total)
     return _data_loader(ds, range(start, total), min(cfg.workers, total - start), pin_memory, persistent=False)

@@ -217,11 +217,27 @@ def _checked_length(data: bytes, offset: int, size: int) -> bytes:
     return data
 
 
-def decode_jpeg(data: bytes | memoryview, out: np.ndarray | None = None) -> np.ndarray:
-    """One JPEG -> uint8 (H, W, 3) RGB (into ``out`` when given); a broken JPEG raises BadSample."""
+REDUCTIONS = (8, 4, 2, 1)  # libjpeg-turbo's DCT-domain reductions (1/8, 1/4, 1/2, none), the smallest image first
+
+
+def reduced_hw(hw: tuple[int, int], reduce: int) -> tuple[int, int]:
+    """Size of a ``hw`` = (height, width) JPEG decoded at ``1 / reduce``: libjpeg rounds up."""
+    return -(-hw[0] // reduce), -(-hw[1] // reduce)
+
+
+def decode_jpeg(data: bytes | memoryview, out: np.ndarray | None = None, reduce: int = 1,
+                hw: tuple[int, int] | None = None) -> np.ndarray:
+    """One JPEG -> uint8 (H, W, 3) RGB (into ``out`` when given); a broken JPEG raises BadSample.
+
+    ``reduce`` 2, 4 or 8: libjpeg-turbo's scaled decode (inverse DCT of the low frequencies only) of a frame of
+    ``hw`` pixels (the manifest's; read from the header when None) -> :func:`reduced_hw` pixels."""
+    kw: dict = {"buffer": out} if out is not None else {}
     try:
-        return simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=out) if out is not None else \
-            simplejpeg.decode_jpeg(data, colorspace="RGB")
+        if reduce > 1:
+            hw = hw or simplejpeg.decode_jpeg_header(data)[:2]
+            h, w = reduced_hw(hw, reduce)  # the smallest scale >= these and <= 1 / reduce: exactly 1 / reduce
+            kw.update(min_height=h, min_width=w, min_factor=reduce)
+        return simplejpeg.decode_jpeg(data, colorspace="RGB", **kw)
     except (ValueError, RuntimeError) as e:
         raise BadSample(f"JPEG decode failed: {e}") from None
 

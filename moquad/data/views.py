@@ -17,7 +17,8 @@ Speeds and short videos follow :mod:`moquad.data.clip_frames`.
 The parameters are the whole randomness: frame indices, crop boxes, flips, colour operations, lambda
 and RAD donor windows. :func:`moquad.data.augment.apply_views` turns them into pixels, per batch in
 the DataLoader workers or batched on the accelerator (``augment_on_device``): the two paths run the
-same function on the same parameters.
+same function on the same parameters. :func:`reduce_views` picks the frames the loader may decode at reduced
+size (``scaled_decode``) and gives the boxes in those frames' pixels.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 from moquad.config import LoaderConfig
 from moquad.data.clip_frames import draw_speeds, random_clip
 from moquad.data.ops import APPEARANCE_OPS, FLIP_POLICIES, MOTION_OPS
+from moquad.data.store import REDUCTIONS, reduced_hw
 
 COLOUR_OPS = ("none", "brightness", "contrast", "saturation", "hue", "gray")  # codes of ``colour_ops``
 MAX_COLOUR_OPS = 5  # jitter (4 ops in random order) + grayscale
@@ -58,6 +60,39 @@ class ViewParams:
     own_cells: np.ndarray  # (V, k*k) RAD-intra windows: positions into ``frames``, -1 none
     noise_frame: np.ndarray  # (V,) BE: the clip frame (position in the clip) used as D, -1 none
     info: dict[str, Any] = field(default_factory=dict)  # dilations, rule, frame indices, donor ids
+
+
+def reduced_box(box: np.ndarray, reduce: int, hw: tuple[int, int]) -> np.ndarray:
+    """A crop box (top, left, h, w) of a ``hw`` frame in the pixels of that frame decoded at ``1 / reduce``: each
+    edge at the nearest reduced pixel edge (off by at most ``reduce / 2`` source pixels), inside the frame."""
+    top, left, h, w = (int(x) for x in box)
+    rh, rw = reduced_hw(hw, reduce)
+    t0, l0 = (2 * top + reduce) // (2 * reduce), (2 * left + reduce) // (2 * reduce)
+    t1, l1 = min(rh, (2 * (top + h) + reduce) // (2 * reduce)), min(rw, (2 * (left + w) + reduce) // (2 * reduce))
+    return np.array([t0, l0, t1 - t0, l1 - l0], dtype=np.int64)
+
+
+def reduce_views(p: ViewParams, hw: tuple[int, int], size: int, cell: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Reduced-size decoding of one video: (reduction of each decoded frame (U,), boxes in those frames (V, 4)).
+
+    A view gets the largest reduction (``store.REDUCTIONS``: 8, 4, 2, 1) whose box still covers ``size`` x
+    ``size`` (its resize still shrinks or copies); views that share a frame share the smallest of theirs (a
+    view's frames all have one scale, so one box); a frame a RAD-intra window uses keeps ``cell`` pixels."""
+    def view_reduction(box: np.ndarray) -> int:
+        return next((r for r in REDUCTIONS if (reduced_box(box, r, hw)[2:] >= size).all()), 1)
+
+    cap = next((r for r in REDUCTIONS if min(reduced_hw(hw, r)) >= cell), 1)
+    frame_cap = np.full(len(p.frames), cap, dtype=np.int64)
+    frame_cap[np.setdiff1d(np.arange(len(p.frames)), p.own_cells[p.own_cells >= 0])] = REDUCTIONS[0]
+    per_view = np.array([view_reduction(b) for b in p.box], dtype=np.int64)
+    while True:  # views sharing frames (directly or through other views) end with one reduction
+        per_frame = frame_cap.copy()
+        np.minimum.at(per_frame, p.frame_index.ravel(), np.repeat(per_view, p.frame_index.shape[1]))
+        settled = per_frame[p.frame_index].min(axis=1)
+        if (settled == per_view).all():
+            break
+        per_view = settled
+    return per_frame, np.stack([reduced_box(b, r, hw) for b, r in zip(p.box, per_view)])
 
 
 def check_config(cfg: LoaderConfig, mode: str = "moquad") -> None:

@@ -10,8 +10,8 @@ projection head is dropped), with dropout before it.
 
 Start (``cfg.finetune.init``): ``checkpoint`` loads the pre-trained backbone; ``random`` trains the
 same backbone from random init (seed ``cfg.seed``): the supervised bound of a self-supervised
-result (:func:`supervised_bound`). Its backbone is ``cfg.finetune.backbone``, else the checkpoint's
-(read for its settings only), so ``random`` needs no checkpoint when the backbone is named.
+result (``moquad finetune --init random --backbone NAME``). Its backbone is ``cfg.finetune.backbone``, else
+the checkpoint's (read for its settings only), so ``random`` needs no checkpoint when the backbone is named.
 
 Test (SlowFast / the paper): ``cfg.num_clips`` uniformly spaced clips x ``cfg.crops`` (the paper's
 recipes: 10 x 3) spatial crops per video; the softmax of all views is averaged per video.
@@ -30,7 +30,6 @@ started from, None from random init; ``moquad cam`` uses it when present).
 
 from __future__ import annotations
 
-import dataclasses
 import io
 from pathlib import Path
 from typing import Any
@@ -51,8 +50,9 @@ from moquad.eval.common import checkpoint_sha256, dist_env, labelled_splits, out
 from moquad.eval.linear import cosine, predict_views
 from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
 from moquad.io import atomic_write_bytes
+from moquad.models.backbones import DEFAULT_INPUT
 from moquad.train.checkpoint import load, load_model
-from moquad.train.lars import make_optimizer
+from moquad.train.optimizers import make_optimizer
 
 
 class Classifier(nn.Module):
@@ -73,7 +73,8 @@ def load_classifier(path: str | Path) -> tuple[Classifier, dict[str, Any]]:
     from moquad.models import build_backbone
 
     saved = torch.load(path, map_location="cpu", weights_only=True)
-    backbone, feat_dim = build_backbone(saved["config"]["backbone"], saved["config"].get("model_input", "rgb"))
+    saved_cfg = saved["config"]
+    backbone, feat_dim = build_backbone(saved_cfg["backbone"], saved_cfg.get("model_input", DEFAULT_INPUT))
     net = Classifier(backbone, feat_dim, len(saved["classes"]), 0.0)  # dropout is off in eval mode anyway
     net.backbone.load_state_dict(saved["backbone"])
     net.fc.load_state_dict(saved["classifier"])
@@ -223,10 +224,3 @@ def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None) -> dict[st
     result["json"] = str(json_path)
     return result
 
-
-def supervised_bound(data: str | Path, cfg: EvalConfig, backbone: str, seed: int) -> dict[str, Any]:
-    """Test top-1 of ``backbone`` trained from random init on the labels of ``data`` (no checkpoint needed):
-    the supervised bound beside a self-supervised result. ``cfg`` gives the clip, test views and
-    ``cfg.finetune`` (e.g. eval/cpu_demo.yaml's demo-size settings) and must name ``out``."""
-    ft = dataclasses.replace(cfg.finetune, init="random", backbone=backbone)
-    return finetune(dataclasses.replace(cfg, data=str(data), checkpoint="", seed=seed, finetune=ft))

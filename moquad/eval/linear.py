@@ -34,7 +34,7 @@ from moquad.eval.clips import TestViews, TrainClips, labelled
 from moquad.eval.common import check_unchanged, labelled_splits, out_dir, resolve_device, snapshot
 from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
 from moquad.train.checkpoint import load_model
-from moquad.train.lars import make_optimizer
+from moquad.train.optimizers import make_optimizer
 from moquad.train.schedule import lr_schedule
 
 

@@ -42,6 +42,7 @@ from moquad.data.clip_frames import clip_span, uniform_clips
 from moquad.data.store import Split, read_info
 from moquad.errors import MoquadError
 from moquad.eval.clips import resize_short, spatial_crops
+from moquad.models.backbones import DEFAULT_INPUT
 
 # ----------------------------------------------------------------------------- the transforms
 
@@ -211,7 +212,7 @@ def _checkpoint_encoder(path: Path, arch: str | None) -> tuple[nn.Module, dict[s
     model, ckpt = load_model(path)
     cfg = ckpt["config"]
     return model.backbone, {"backbone": cfg["backbone"], "method": cfg.get("method"), "epoch": ckpt.get("epoch"),
-                            "model_input": cfg.get("model_input", "rgb"), "loader": cfg.get("loader") or {}}
+                            "model_input": cfg.get("model_input", DEFAULT_INPUT), "loader": cfg.get("loader") or {}}
 
 
 def _safetensors_encoder(path: Path, arch: str | None) -> tuple[nn.Module, dict[str, Any]]:
@@ -233,7 +234,7 @@ def _safetensors_encoder(path: Path, arch: str | None) -> tuple[nn.Module, dict[
                           f"{', '.join(BACKBONES)})")
     card = path.with_suffix(".json")
     cfg = json.loads(card.read_text()).get("pretrain_config", {}) if card.is_file() else {}
-    model_input = cfg.get("model_input", "rgb")
+    model_input = cfg.get("model_input", DEFAULT_INPUT)
     net = _into_backbone(arch, sd, BACKBONES[arch].torchvision is not None, model_input, path)
     return net, {"backbone": arch, "method": cfg.get("method"), "model_input": model_input,
                  "loader": cfg.get("loader") or {}, "card": str(card) if card.is_file() else None}

@@ -4,7 +4,7 @@ Adding a backbone is one entry in :data:`BACKBONES` (plus its module if it is ne
 config's ``backbone`` choices, ``build_backbone`` and ``moquad export`` all read this table.
 
 This module imports no torch at load time (each builder imports its network when called), so
-:mod:`moquad.config` reads the names for free: ``import moquad.config`` stays ~0.05 s where
+:mod:`moquad.settings` reads the names for free: ``import moquad.config`` stays ~0.05 s where
 ``import torch`` costs ~1.7 s, and every command that never builds a network (``--help``,
 ``preprocess``, ``recipes``, ``info``) keeps that time.
 """
@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from moquad.config import PretrainConfig
 
 if TYPE_CHECKING:
     from torch import nn
@@ -107,9 +109,11 @@ INPUTS: dict[str, tuple[Callable | None, str]] = {
     "diff": (_frame_differences, "differences of consecutive normalised frames, T - 1 of them: motion without "
                                  "the static appearance (PCL's and BE's residual-frame input)"),
 }
+# the INPUTS row of a call, a checkpoint or a card that names none: the config's default, stated there once
+DEFAULT_INPUT: str = PretrainConfig.model_input
 
 
-def build_backbone(name: str, model_input: str = "rgb") -> tuple[nn.Module, int]:
+def build_backbone(name: str, model_input: str = DEFAULT_INPUT) -> tuple[nn.Module, int]:
     """Return ``(module, feature_dim)`` for a backbone name of :data:`BACKBONES` reading ``model_input``
     (:data:`INPUTS`)."""
     if name not in BACKBONES:

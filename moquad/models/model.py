@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from moquad.models.backbones import build_backbone
+from moquad.models.backbones import DEFAULT_INPUT, build_backbone
 from moquad.models.heads import ProjectionHead
 
 
@@ -23,7 +23,7 @@ class VideoModel(nn.Module):
         return self.head(self.backbone(x))
 
 
-def build_model(name: str, proj_dim: int, proj_hidden: int, model_input: str = "rgb") -> VideoModel:
+def build_model(name: str, proj_dim: int, proj_hidden: int, model_input: str = DEFAULT_INPUT) -> VideoModel:
     """Backbone ``name`` (see ``BACKBONES``) reading ``model_input`` (``INPUTS``) with a fresh projection head,
     randomly initialised.
 

@@ -28,7 +28,7 @@ class Adapter:
 
     lister: Callable[..., Listing]
     layout: str  # what ROOT must hold: shown by `moquad preprocess --help` and when ROOT does not match
-    official_splits: tuple[int, ...] = ()  # the dataset's numbered train/test splits (--split)
+    official_splits: tuple[int, ...] = ()  # the dataset's numbered train/test splits (--official-split)
 
 
 DATASETS: dict[str, Adapter] = {
@@ -51,7 +51,7 @@ def _listing(dataset: str, root: Path, official_split: int | None) -> Listing:
     if not adapter.official_splits:
         return adapter.lister(root)
     if official_split not in adapter.official_splits:
-        given = "none was given" if official_split is None else f"got --split {official_split}"
+        given = "none was given" if official_split is None else f"got --official-split {official_split}"
         raise ValueError(f"{dataset} has official splits {', '.join(map(str, adapter.official_splits))}; {given}")
     return adapter.lister(root, official_split)
 

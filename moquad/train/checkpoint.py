@@ -1,6 +1,7 @@
 """Checkpoints: one dict written atomically (temp file + ``os.replace``), read with ``weights_only=True``.
 
-Layout: ``{"model", "optimizer", "step", "epoch", "config", "seeds", "moquad_version", "git"}``;
+Layout (:func:`build`, the one place it is written): ``{"model", "step", "epoch", "config", "seeds",
+"moquad_version", "git"}``, plus ``"optimizer", "steps_per_epoch", "data_checksum"`` in a training run's;
 ``step`` counts optimizer steps done, ``epoch`` the epoch the next step belongs to. Evaluation
 rebuilds the model from ``config`` via :func:`load_model`. A file that is not such a dict
 (garbage, truncated, empty, a plain state dict, a pickle ``weights_only`` refuses) raises a
@@ -25,6 +26,7 @@ from moquad.config import PretrainConfig, to_dict
 from moquad.errors import DISK_ERRNOS, MoquadError, free_mb
 from moquad.io import atomic_write, remove_stale_temps
 from moquad.models import VideoModel, build_model
+from moquad.models.backbones import DEFAULT_INPUT
 
 # what every moquad checkpoint holds; resuming also needs these
 REQUIRED = ("model", "config")
@@ -50,6 +52,21 @@ def git_revision() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def build(cfg: PretrainConfig, model: torch.nn.Module, step: int, epoch: int, *,
+          optimizer: torch.optim.Optimizer | None = None, steps_per_epoch: int | None = None,
+          data_checksum: str | None = None) -> dict[str, Any]:
+    """THE checkpoint dict of ``model`` (the plain, unwrapped model) trained under ``cfg``. A training run
+    passes ``optimizer`` (then ``steps_per_epoch`` and ``data_checksum`` go in too: what :func:`resume`
+    checks); without it, as for the untrained network, the file cannot be resumed."""
+    ckpt = {"model": model.state_dict(), "step": step, "epoch": epoch, "config": to_dict(cfg),
+            "seeds": {"seed": cfg.seed, "loader_seed": cfg.loader.seed}, "moquad_version": moquad.__version__,
+            "git": git_revision()}
+    if optimizer is not None:
+        ckpt.update(optimizer=optimizer.state_dict(), steps_per_epoch=steps_per_epoch,
+                    data_checksum=data_checksum)
+    return ckpt
 
 
 def save(ckpt: dict[str, Any], path: str | Path, resume_hint: str = "re-run with --resume to continue") -> Path:
@@ -125,7 +142,8 @@ def load_model(path: str | Path) -> tuple[VideoModel, dict[str, Any]]:
     if missing:
         raise _not_moquad(Path(path), f"its config lacks {', '.join(missing)}")
     try:
-        model = build_model(cfg["backbone"], cfg["proj_dim"], cfg["proj_hidden"], cfg.get("model_input", "rgb"))
+        model_input = cfg.get("model_input", DEFAULT_INPUT)
+        model = build_model(cfg["backbone"], cfg["proj_dim"], cfg["proj_hidden"], model_input)
         model.load_state_dict(ckpt["model"])
     except (ValueError, TypeError, RuntimeError, AttributeError) as e:
         detail = re.sub(r"^Error\(s\) in loading state_dict for \w+:\s*", "", " ".join(str(e).split()))[:200]

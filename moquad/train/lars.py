@@ -8,7 +8,8 @@ Per parameter ``w`` with gradient ``g`` (``lr`` from the schedule, momentum m, t
     w <- w - v                    (Nesterov: w <- w - (m * v + lr * trust * g))
 
 Note that the norm of ``g`` is taken after adding weight decay, and the learning rate is
-inside the momentum buffer, both as in SimCLR.
+inside the momentum buffer, both as in SimCLR. The optimizer setting's table (``lars``, ``sgd``, ``adamw``) and
+the factory are :mod:`moquad.train.optimizers`.
 """
 
 from __future__ import annotations
@@ -89,18 +90,3 @@ class LARS(torch.optim.Optimizer):
                 p.sub_(update.to(p.dtype))
         return loss
 
-
-def make_optimizer(module: nn.Module, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """THE optimizer factory (pre-training, linear probe, fine-tuning) over ``module``'s trainable parameters.
-
-    ``lars``: SimCLR's LARS (momentum 0.9, trust coefficient 1e-3); ``sgd`` (momentum 0.9); ``adamw``. BN and
-    bias parameters get no weight decay (nor LARS adaptation).
-    """
-    groups = [g for g in param_groups(module, weight_decay) if g["params"]]
-    if name == "lars":
-        return LARS(groups, lr=lr, momentum=0.9, weight_decay=weight_decay, eeta=1e-3)
-    if name == "sgd":
-        return torch.optim.SGD(groups, lr=lr, momentum=0.9, weight_decay=weight_decay)
-    if name == "adamw":
-        return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
-    raise ValueError(f"unknown optimizer {name!r}; choose lars, sgd or adamw")

@@ -32,9 +32,8 @@ import torch
 from rich.console import Console
 from torch import nn
 
-import moquad
 from moquad import dist, lock
-from moquad.config import PretrainConfig, to_dict
+from moquad.config import PretrainConfig
 from moquad.config import save as save_config
 from moquad.data.pipeline import make_loader
 from moquad.data.workers import end_workers
@@ -42,10 +41,10 @@ from moquad.errors import MoquadError
 from moquad.io import atomic_write_text, remove_stale_temps
 from moquad.models import build_model
 from moquad.train import checkpoint, preempt
-from moquad.train.lars import make_optimizer
 from moquad.train.log import RunLogger
-from moquad.train.losses import appearance_loss, moquad_loss, nt_xent_loss
+from moquad.train.losses import LOSSES
 from moquad.train.methods import METHODS
+from moquad.train.optimizers import make_optimizer
 from moquad.train.schedule import lr_schedule, stage_per_epoch
 
 
@@ -66,6 +65,8 @@ def forward_loss(
     projections (and the videos' manifest indices ``video``, for same-video masking) of the whole
     global batch are gathered under DDP.
     """
+    if mode not in LOSSES:
+        raise ValueError(f"unknown training mode {mode!r}; choose one of {', '.join(LOSSES)}")
     b, v = views.shape[:2]
     x = views.flatten(0, 1)
     if x.device.type == "cuda":  # measured on an H100: R3D-18 steps 1.5-1.6x faster channels-last (README)
@@ -76,14 +77,8 @@ def forward_loss(
     z = z.float().reshape(b, v, -1)
     z_global = dist.gather(z) if dist.is_dist() else None
     video_global = dist.gather_ids(video) if video is not None and dist.is_dist() else None
-    kw = dict(z_global=z_global, offset=dist.get_rank() * b, tau=tau, video=video, video_global=video_global)
-    if mode == "moquad":
-        return moquad_loss(z, view_names, hard_beta=hard_beta, hard_alpha=hard_alpha, **kw)
-    if mode == "appearance":
-        return appearance_loss(z, **kw)
-    if mode == "pair":
-        return nt_xent_loss(z, **kw)
-    raise ValueError(f"unknown training mode {mode!r}")
+    return LOSSES[mode](z, view_names, hard_beta=hard_beta, hard_alpha=hard_alpha, z_global=z_global,
+                        offset=dist.get_rank() * b, tau=tau, video=video, video_global=video_global)
 
 
 @dataclass
@@ -116,12 +111,8 @@ class Trainer:
         return self.run / "checkpoints" / "last.pt"
 
 
-def pretrain(cfg: PretrainConfig, *, keep_every_epochs: int = 0, tensorboard: bool = True,
-             progress: bool = True) -> Path:
-    """Pre-train and return the final checkpoint (``RUN/checkpoints/last.pt``).
-
-    ``keep_every_epochs > 0`` also keeps ``step-N.pt``.
-    """
+def pretrain(cfg: PretrainConfig, *, tensorboard: bool = True, progress: bool = True) -> Path:
+    """Pre-train and return the final checkpoint (``RUN/checkpoints/last.pt``)."""
     info = dist.init(cfg.device)
     try:
         with dist.on_main(lock.hold(cfg.out, "pretrain"), info.device), preempt.watch():
@@ -129,7 +120,7 @@ def pretrain(cfg: PretrainConfig, *, keep_every_epochs: int = 0, tensorboard: bo
             try:
                 with t.progress:
                     for epoch in range(t.start // t.spe, cfg.epochs):
-                        train_one_epoch(t, epoch, keep_every_epochs)
+                        train_one_epoch(t, epoch)
             except preempt.Preempted as e:
                 if info.rank == 0:
                     preempt.mark()
@@ -238,19 +229,15 @@ def _progress(enabled: bool, total: int, completed: int):
     return prog, prog.add_task("pretrain", total=total, completed=completed, info="")
 
 
-def save_checkpoint(t: Trainer, step: int, epoch: int, path: Path | None = None) -> None:
-    """Rank 0 writes the one checkpoint dict (atomically)."""
+def save_checkpoint(t: Trainer, step: int, epoch: int) -> None:
+    """Rank 0 writes the run's checkpoint (:func:`checkpoint.build`) to ``last.pt``, atomically."""
     if t.info.rank != 0:
         return
-    checkpoint.save({
-        "model": t.core.state_dict(), "optimizer": t.optimizer.state_dict(), "step": step, "epoch": epoch,
-        "steps_per_epoch": t.spe, "config": to_dict(t.cfg), "data_checksum": t.data_checksum,
-        "seeds": {"seed": t.cfg.seed, "loader_seed": t.cfg.loader.seed},
-        "moquad_version": moquad.__version__, "git": checkpoint.git_revision(),
-    }, path or t.ckpt_path)
+    checkpoint.save(checkpoint.build(t.cfg, t.core, step, epoch, optimizer=t.optimizer, steps_per_epoch=t.spe,
+                                     data_checksum=t.data_checksum), t.ckpt_path)
 
 
-def train_one_epoch(t: Trainer, epoch: int, keep_every_epochs: int = 0) -> None:
+def train_one_epoch(t: Trainer, epoch: int) -> None:
     """One epoch from its first not-yet-trained step; logs, checks and checkpoints on the way."""
     cfg, device, world = t.cfg, t.info.device, t.info.world_size
     mode, switches = METHODS[cfg.method].loader_mode(t.stages[epoch])
@@ -288,8 +275,6 @@ def train_one_epoch(t: Trainer, epoch: int, keep_every_epochs: int = 0) -> None:
         if stop or done % cfg.ckpt_every == 0 or end:
             _check_finite(t, w)
             save_checkpoint(t, done, epoch + 1 if end else epoch)
-            if end and keep_every_epochs and (epoch + 1) % keep_every_epochs == 0:
-                save_checkpoint(t, done, epoch + 1, t.run / "checkpoints" / f"step-{done}.pt")
         if stop and done < t.total:  # all ranks agreed at this log step (preempt); wait for rank 0's checkpoint
             dist.barrier()
             raise preempt.preempted(done)
@@ -374,7 +359,7 @@ def _log_step(t: Trainer, epoch: int, mode: str, done: int, lr: float, w: _Windo
            "rank_intra_neg": sums[2] / sums[3] if math.isfinite(sums[2]) else float("nan"),
            "bad_samples": int(sums[4]), "steps": int(n), "time": time.time()}
     t.logger.log(done, rec)
-    label = mode if mode == "appearance" else METHODS[cfg.method].label  # what the loss is, for the user
+    label = METHODS[cfg.method].loss_label(t.stages[epoch])  # what the loss is, for the user
     t.progress.update(t.task, completed=done, info=f"{label} loss {rec['loss']:.4f} lr {lr:.3g}")
     return stop
 

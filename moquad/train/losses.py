@@ -5,6 +5,8 @@
 - :func:`appearance_loss`: Eq. 3 (warm-up task: clip at dilation n vs clip at dilation m).
 - :func:`nt_xent_loss`: SimCLR's NT-Xent for the baseline.
 
+:data:`LOSSES` maps each loader mode to its loss (the trainer's one call).
+
 Conventions shared by all three:
 
 - Inputs are this rank's projections ``z_local`` (B, V, D) (unnormalised; computed in fp32) and
@@ -32,7 +34,7 @@ Conventions shared by all three:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -198,3 +200,14 @@ def nt_xent_loss(
         pos = logits[rows, pos_col]
         rank = 1.0 + (logits > pos[:, None]).sum(1).float()
     return loss, {"rank_pos": rank.mean(), "rank_intra_neg": torch.tensor(float("nan"))}
+
+
+# the loss of each loader mode (moquad.data.views.MODES), one call for all: (z_local, view_names, hard_beta=,
+# hard_alpha=, z_global=, offset=, tau=, video=, video_global=) -> (loss, Fig. 4 ranks); the quadruple (Eq. 1 / 4),
+# the appearance warm-up (Eq. 3: two views, no mining) and classic SimCLR's pair (NT-Xent)
+LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]] = {
+    "moquad": lambda z, view_names, hard_beta, hard_alpha, **kw: moquad_loss(
+        z, view_names, hard_beta=hard_beta, hard_alpha=hard_alpha, **kw),
+    "appearance": lambda z, view_names, hard_beta, hard_alpha, **kw: appearance_loss(z, **kw),
+    "pair": lambda z, view_names, hard_beta, hard_alpha, **kw: nt_xent_loss(z, **kw),
+}

@@ -32,6 +32,10 @@ class Method:
         """(loader mode, forced switches) of an epoch in ``stage`` (``appearance`` or ``moquad``)."""
         return ("appearance", {}) if stage == "appearance" else (self.mode, self.switches)
 
+    def loss_label(self, stage: str) -> str:
+        """What the loss of an epoch in ``stage`` is called in the progress bar."""
+        return "appearance" if stage == "appearance" else self.label
+
 
 METHODS: dict[str, Method] = {
     "moquad": Method("moquad"),
