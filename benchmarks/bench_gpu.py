@@ -105,8 +105,8 @@ def time_step(size: int, batch: int, views: int, channels_last: bool, steps: int
     """Median seconds of one bf16 training step of R3D-18 (CUDA events)."""
     from moquad.config import PretrainConfig
     from moquad.models import build_model
-    from moquad.train.lars import make_optimizer
     from moquad.train.loop import forward_loss
+    from moquad.train.optimizers import make_optimizer
 
     torch.manual_seed(0)
     cfg = PretrainConfig(backbone="r3d_18")

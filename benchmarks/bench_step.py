@@ -16,8 +16,8 @@ import torch
 
 from moquad.config import PretrainConfig
 from moquad.models import build_model
-from moquad.train.lars import make_optimizer
 from moquad.train.loop import forward_loss
+from moquad.train.optimizers import make_optimizer
 
 QUAD = ("anchor", "ad_pos", "intra_neg", "ad_intra_neg")  # simclr (the ladder base): QUAD[:2] with a plain "pos"
 

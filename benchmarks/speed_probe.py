@@ -19,7 +19,7 @@ from torch import nn
 from moquad import config as C
 from moquad.data.augment import normalize
 from moquad.data.pipeline import make_loader
-from moquad.models.backbones import TinyNet
+from moquad.models.nets import TinyNet
 
 
 def dilation_labels(batch: dict, classes: dict[int, int]) -> torch.Tensor:

@@ -206,6 +206,9 @@ def _flag_values(cls: type, flag: Flag, kw: dict[str, Any]) -> dict[str, Any]:
     """The settings ``flag`` gives (popped from the command's keywords ``kw``); None: not given."""
     value = kw.pop(flag.param)
     alias = kw.pop(flag.param + "__alias", None) if flag.alias else None
+    if None not in (value, alias) and value != alias:
+        new = "--" + flag.param.replace("_", "-")
+        raise C.ConfigError(flag.key, "", f"{flag.alias} is the old name of {new}; give one of them")
     value, hint = alias if value is None else value, _field(cls, flag.key)[2]
     if isinstance(value, list):
         value = tuple(value) or None

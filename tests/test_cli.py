@@ -166,6 +166,10 @@ def test_recipe_by_name_and_split_flag(tmp_path):
     got = printed_config("preprocess", "hmdb51", tmp_path, "--out", tmp_path / "o", "--split", 3)
     assert got["official_split"] == 3
     assert "--split " not in runner.invoke(app, ["preprocess", "--help"], terminal_width=200).output
+    both = runner.invoke(app, ["preprocess", "hmdb51", str(tmp_path), "--out", str(tmp_path / "o"), "--split", "2",
+                               "--official-split", "3"])
+    assert both.exit_code == 2 and both.output.strip().splitlines() == [
+        "error: --split is the old name of --official-split; give one of them"]
 
 
 def test_recipes_lists_every_packaged_recipe():

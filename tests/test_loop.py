@@ -271,6 +271,26 @@ def test_resume_refuses_changed_loader(tmp_path):
         train(changed, fake_loader, tensorboard=False, progress=False)
 
 
+def test_a_checkpoint_older_than_a_setting_resumes_with_the_old_behaviour(tmp_path):
+    """A config saved before ``loader.scaled_decode`` existed is compared as the full decode it ran with: the
+    default (True) is refused with the flag that continues the run, and that flag resumes it."""
+    from dataclasses import asdict
+
+    from moquad.train.checkpoint import check_resume
+
+    saved = asdict(PretrainConfig())
+    del saved["loader"]["scaled_decode"]
+    now = asdict(PretrainConfig())
+    with pytest.raises(ValueError, match=re.escape("loader.scaled_decode: False -> True); resume with --set "
+                                                   "loader.scaled_decode=false or a new --out")):
+        check_resume(saved, now, tmp_path / "last.pt")
+    now["loader"]["scaled_decode"] = False
+    check_resume(saved, now, tmp_path / "last.pt")
+    saved["loader"]["scaled_decode"] = True  # written by this version: compared as it is
+    with pytest.raises(ValueError, match="loader.scaled_decode: True -> False"):
+        check_resume(saved, now, tmp_path / "last.pt")
+
+
 def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
     """DINO's guard: the first non-finite loss stops the run; the checkpoint before it is left as it was."""
     from moquad.errors import MoquadError

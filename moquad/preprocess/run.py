@@ -58,7 +58,7 @@ def _validate(cfg: PreprocessConfig) -> None:
         raise ValueError(f"--jpeg-quality {cfg.jpeg_quality} out of range; use 1..100")
     if cfg.split_ratios is not None and cfg.dataset != "folder":
         raise ValueError(f"--split-ratios is for folder datasets; {cfg.dataset} has official splits "
-                         "(choose one with --split)")
+                         "(choose one with --official-split)")
     splits.check(tuple(cfg.split_ratios) if cfg.split_ratios is not None else None, cfg.group_by)
     if cfg.engine == "ray" and importlib.util.find_spec("ray") is None:  # before anything is written
         raise MoquadError(RAY_MISSING)

@@ -34,6 +34,9 @@ RESUME_KEYS = ("model", "optimizer", "step", "epoch", "config")
 # settings that may change when a run is resumed; every other resolved setting must match
 RESUME_MAY_CHANGE = ("out", "data", "resume", "ckpt_every", "log_every", "device", "loader.workers", "sync_bn",
                      "loader.max_bad_fraction", "loader.max_bad_count")
+# settings added after checkpoints were written: what a run that predates the setting did (resuming such a run
+# compares against this value, so `--set KEY=VALUE` with it continues the run exactly as it was)
+RESUME_ADDED = {"loader.scaled_decode": False}
 # how torch's zip writer reports a failed write (a full disk, a quota) instead of raising an OSError
 _TORCH_WRITE_FAILED = ("unexpected pos", "PytorchStreamWriter failed", "enforce fail at inline_container")
 
@@ -191,8 +194,11 @@ def check_resume(saved: dict[str, Any], now: dict[str, Any], path: Path) -> None
             out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
         return out
 
-    old, new = flat(saved), flat(now)
+    written, new = flat(saved), flat(now)
+    old = {**RESUME_ADDED, **written}
     diff = [k for k in sorted(set(old) | set(new)) if k not in RESUME_MAY_CHANGE and old.get(k) != new.get(k)]
     if diff:
         pairs = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff)
-        raise ValueError(f"cannot resume {path}: settings changed ({pairs}); use the original settings or a new --out")
+        sets = " ".join(f"--set {k}={str(old[k]).lower()}" for k in diff if k in RESUME_ADDED and k not in written)
+        hint = f"resume with {sets}" if sets and all(k in RESUME_ADDED for k in diff) else "use the original settings"
+        raise ValueError(f"cannot resume {path}: settings changed ({pairs}); {hint} or a new --out")
