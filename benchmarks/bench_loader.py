@@ -7,7 +7,8 @@ Rows (one process doing the work of one DataLoader worker: ``workers=0``, one to
    random other videos, read by index), ``apply_views`` (crop/resize/flip, colour, RAD) and rounding
    to uint8. ``no checksum``: the same with ``verify_checksums=False`` (the checksum's cost).
    ``augment on device (worker side)``: ``augment_on_device=True``: the worker stops after decoding;
-   ``apply_views`` then runs on the accelerator (its CPU cost is the separate last row).
+   ``apply_views`` then runs on the accelerator. ``apply_views on CPU``: what the default path's workers add
+   after that, alone: ``apply_views(quantize=True)`` (uint8 views, as the workers call it) on those batches.
 2. ``PyAV``: the SAME quadruples (same frames, same parameters, same ``apply_views``) from the source
    videos, seeking and decoding each clip with PyAV the way pytorchvideo loads.
 3. ``decode bound``: only the JPEG decode of the distinct frames each quadruple uses (payloads already
@@ -17,7 +18,10 @@ Setup: the 5 Kinetics clips of ../shared/data/real-videos (340x256) preprocessed
 each copied 8 times under different names (40 distinct files: preprocessing skips a second path to the
 same file, so symlinks would leave 5 videos; batches of 8, exact epochs), 16-frame clips,
 112 crops, dilations {1, 2, 4}, batches of 8. Times are CPU seconds of this process (``--wall`` for
-wall clock); paths are interleaved over ``--repeats`` epochs and the table shows medians.
+wall clock); paths are interleaved over ``--repeats`` epochs and the table shows medians. Timed epochs drop
+each batch as it comes (the process reuses its memory, :func:`run_loader`); a real worker's batches are fresh
+shared memory instead, which these rows leave out (torch allocates it with posix_fallocate and the pages fault
+in: ~0.8 ms per MB on this VM, i.e. ~15 ms per batch of uint8 views, ~25 ms per 31 MB batch of ``raw``).
 
 The second table is the bytes the loader reads per epoch against the bytes of the videos it uses
 (payloads) plus the RAD donor frames, for 1 rank and for 8 simulated ranks (the number of workers does
@@ -43,8 +47,9 @@ logs; Range is built in), plain and through a latency proxy in its own process a
 request (the 0 ms row is the proxy's own cost). nginx is for the benchmark only: ``apt-get install -y
 nginx-light`` (or ``nginx``); without it on PATH the nginx rows are skipped with a line saying so. "sent / read"
 is the sample bytes the server sent (the S3 proxy's count, nginx's access log) per byte the loader counted.
-Run: ``nice python benchmarks/bench_loader.py`` (``--rows s3`` for the object-storage table only, ``--rows
-scaled`` for the reduced-size decoding table only).
+Run: ``nice python benchmarks/bench_loader.py`` (``--rows local``: every table but the object-storage one, which
+needs moto (and nginx for its http rows); ``--rows main``: the first table only; ``--rows s3`` / ``--rows scaled``:
+the object-storage / reduced-size decoding table only).
 """
 
 from __future__ import annotations
@@ -100,12 +105,17 @@ def build_dataset(cache: Path, shard_size: int = 20_000_000, name: str = "shards
     return out
 
 
-def run_loader(data: Path, cfg: LoaderConfig, epoch: int, **kw) -> tuple[float, int, list[dict]]:
-    """(seconds, quadruples, batches) of one epoch of the loader."""
-    batches, t0 = [], clock()
-    for b in make_loader(data, cfg, batch_size=BATCH, epoch=epoch, **kw):
-        batches.append(b)
-    return clock() - t0, BATCH * len(batches), batches
+def run_loader(data: Path, cfg: LoaderConfig, epoch: int, keep: bool = False) -> tuple[float, int, list[dict]]:
+    """(seconds, quadruples, batches if ``keep``) of one epoch of the loader. Timed rows drop each batch as it
+    comes (``keep=False``): kept, every batch's tensors would be fresh memory, whose page faults (~20 ms per
+    134 MB ``raw`` batch at 256 px here, several times more for memory this VM never touched) swamp the rows."""
+    batches, n, t0 = [], 0, clock()
+    for b in make_loader(data, cfg, batch_size=BATCH, epoch=epoch):
+        n += len(b["video_id"])
+        if keep:
+            batches.append(b)
+        del b
+    return clock() - t0, n, batches
 
 
 def pyav_frames(path: str, wanted: np.ndarray) -> dict[int, np.ndarray]:
@@ -171,9 +181,10 @@ def run_decode_bound(batches: list[dict], split: Split, reduce: str = "none") ->
 
 
 def run_apply_on_cpu(batches: list[dict], size: int) -> float:
+    """Seconds of ``apply_views`` on the batches as the workers run it: uint8 views (``quantize=True``)."""
     t0 = clock()
     for b in batches:
-        apply_views(b, size)
+        apply_views(b, size, quantize=True)
     return clock() - t0
 
 
@@ -204,8 +215,9 @@ def loader_rows(data: Path, cfg: LoaderConfig, split: Split, sources: dict[str, 
         rate["shards"].append(n / t)
         t, n, _ = run_loader(data, dataclasses.replace(cfg, verify_checksums=False), rep)
         rate["no checksum"].append(n / t)
-        t, n, raw = run_loader(data, dataclasses.replace(cfg, augment_on_device=True), rep)
+        t, n, _ = run_loader(data, dataclasses.replace(cfg, augment_on_device=True), rep)
         rate["augment on device (worker side)"].append(n / t)
+        _, _, raw = run_loader(data, dataclasses.replace(cfg, augment_on_device=True), rep, keep=True)  # untimed
         rate["PyAV"].append(n / run_pyav(raw, sources, cfg.size))
         rate["decode bound"].append(n / run_decode_bound(raw, split))
         rate["apply_views on CPU"].append(n / run_apply_on_cpu(raw, cfg.size))
@@ -232,11 +244,9 @@ def scaled_rows(data: Path, cfg: LoaderConfig, split: Split, repeats: int) -> tu
     run_loader(data, paths[2][1], 0)  # warm-up: the first epoch of a process pays for its first page faults
     for rep in range(repeats):  # interleaved, as the main table; with and without in turn first
         for name, c in paths if rep % 2 == 0 else [paths[k] for k in (1, 0, 3, 2)]:
-            t, n, batches = run_loader(data, c, rep)
+            t, n, _ = run_loader(data, c, rep)
             rate[name].append(n / t)
-            if name == SCALED_ROWS[2]:
-                raw = batches
-            del batches
+        _, _, raw = run_loader(data, paths[2][1], rep, keep=True)  # the worker side's batches again, untimed
         for name, how in zip(SCALED_ROWS[4:], ("none", "loader", "half")):
             rate[name].append(n / run_decode_bound(raw, split, how))
         reductions += [int(r) for b in raw for i in b["info"] for r in i["reduce"]]
@@ -386,38 +396,8 @@ def print_s3(res: dict[str, Any], repeats: int) -> None:
               "its own process; the goals at 0 ms are read on nginx direct.")
 
 
-def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3, help="epochs per path (40 quadruples each)")
-    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "moquad_bench_loader"))
-    ap.add_argument("--json", default=None, help="also write the results here")
-    ap.add_argument("--wall", action="store_true", help="time with the wall clock instead of CPU time")
-    ap.add_argument("--rows", choices=("all", "s3", "scaled"), default="all",
-                    help="s3: only the object-storage table; scaled: only the reduced-size decoding table")
-    args = ap.parse_args(argv)
-    global clock
-    if args.wall:
-        clock = time.perf_counter
-    if not REAL.is_dir():
-        sys.exit(f"real clips not found at {REAL}")
-    torch.set_num_threads(1)
-    data = build_dataset(Path(args.cache))
-    split = Split(data, "train")
-    sources = {str(v): str((Path(args.cache) / "videos40" / v).resolve()) for v in split.video_id}
-    cfg = LoaderConfig(frames=16, size=112, workers=0)
-    small = build_dataset(Path(args.cache), shard_size=1_000_000, name="shards40s")  # moto reads a whole object
-    if args.rows == "s3":                                                              # per ranged GET: small shards
-        res = s3_table(small, cfg, args.repeats)
-        print_s3(res, args.repeats)
-        return {"s3": res}
-    big = build_dataset(Path(args.cache), name="shards40k256", short_side=256)
-    big_split = Split(big, "train")
-    scaled, reductions = scaled_rows(big, cfg, big_split, args.repeats)
-    if args.rows == "scaled":
-        print_scaled(scaled, reductions, big_split, args.repeats)
-        return {"scaled": scaled}
-    rate, frames_per_quad = loader_rows(data, cfg, split, sources, args.repeats)
-    names = tuple(rate)
+def print_main(rate: dict[str, list[float]], frames_per_quad: list[int], split: Split,
+               args: argparse.Namespace) -> None:
     med = {k: statistics.median(v) for k, v in rate.items()}
     print(f"\nMoQuad quadruples (4 x 16 frames, crop 112, dilations 1/2/4), {len(split)} K400-like videos "
           f"({int(split.width[0])}x{int(split.height[0])}), batches of {BATCH}, one process, "
@@ -425,11 +405,12 @@ def main(argv: list[str] | None = None) -> dict:
           f"{statistics.mean(frames_per_quad):.1f} distinct frames decoded per quadruple\n")
     print(f"| {'path':<44} | {'quadruples/s':>12} | {'clips/s':>8} | {'vs PyAV':>8} | {'vs decode bound':>15} |")
     print(f"|{'-' * 46}|{'-' * 14}|{'-' * 10}|{'-' * 10}|{'-' * 17}|")
-    for name in names:
-        q = med[name]
+    for name, q in med.items():
         print(f"| {name:<44} | {q:>12.1f} | {4 * q:>8.1f} | {q / med['PyAV']:>7.1f}x | {q / med['decode bound']:>14.2f}x |")
     print(f"\nchecksum cost: {100 * (1 - med['shards'] / med['no checksum']):.1f}% of loader throughput")
-    rows = bytes_table(data, cfg, split)
+
+
+def print_bytes(rows: list[tuple]) -> None:
     print("\nBytes read per epoch (payloads of the videos used + RAD donor frames)\n")
     print(f"| {'ranks':>5} | {'batch/rank':>10} | {'videos used':>11} | {'their payloads MB':>17} | "
           f"{'read MB':>8} | {'read / payloads':>15} |")
@@ -437,12 +418,45 @@ def main(argv: list[str] | None = None) -> dict:
     for world, per_rank, videos, used, read in rows:
         print(f"| {world:>5} | {per_rank:>10} | {videos:>11} | {used / 1e6:>17.1f} | {read / 1e6:>8.1f} | "
               f"{read / used:>14.3f}x |")
-    print_scaled(scaled, reductions, big_split, args.repeats)
-    s3 = s3_table(small, cfg, args.repeats)
-    print_s3(s3, args.repeats)
-    result = {"quads_per_s": med, "all": rate, "bytes": rows, "s3": s3, "scaled": scaled, "config": dataclasses.asdict(cfg),
-              "batch": BATCH}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3, help="epochs per path (40 quadruples each)")
+    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "moquad_bench_loader"))
+    ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--wall", action="store_true", help="time with the wall clock instead of CPU time")
+    ap.add_argument("--rows", choices=("all", "local", "main", "s3", "scaled"), default="all",
+                    help="local: all but the object-storage table; main: the first table; s3 / scaled: that table")
+    args = ap.parse_args(argv)
+    global clock
+    if args.wall:
+        clock = time.perf_counter
+    if not REAL.is_dir():
+        sys.exit(f"real clips not found at {REAL}")
+    torch.set_num_threads(1)
+    cfg, result = LoaderConfig(frames=16, size=112, workers=0), {}
+    data = build_dataset(Path(args.cache))
+    if args.rows in ("all", "local", "main"):
+        split = Split(data, "train")
+        sources = {str(v): str((Path(args.cache) / "videos40" / v).resolve()) for v in split.video_id}
+        rate, frames_per_quad = loader_rows(data, cfg, split, sources, args.repeats)
+        print_main(rate, frames_per_quad, split, args)
+        result.update(quads_per_s={k: statistics.median(v) for k, v in rate.items()}, all=rate)
+        if args.rows != "main":
+            result["bytes"] = bytes_table(data, cfg, split)
+            print_bytes(result["bytes"])
+    if args.rows in ("all", "local", "scaled"):
+        big = build_dataset(Path(args.cache), name="shards40k256", short_side=256)
+        big_split = Split(big, "train")
+        result["scaled"], reductions = scaled_rows(big, cfg, big_split, args.repeats)
+        print_scaled(result["scaled"], reductions, big_split, args.repeats)
+    if args.rows in ("all", "s3"):
+        small = build_dataset(Path(args.cache), shard_size=1_000_000, name="shards40s")  # moto reads a whole object
+        result["s3"] = s3_table(small, cfg, args.repeats)                                # per ranged GET: small shards
+        print_s3(result["s3"], args.repeats)
     if args.json:
+        result.update(config=dataclasses.asdict(cfg), batch=BATCH)
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
     return result
 

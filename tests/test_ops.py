@@ -15,7 +15,8 @@ import torch
 from fixtures import coded_dataset, coded_video, decode_code
 
 from moquad.config import LoaderConfig
-from moquad.data.augment import apply_views
+from moquad.data import ops
+from moquad.data.augment import apply_views, to_model
 from moquad.data.ops import FLIP_POLICIES, MOTION_OPS, rad_mosaic
 from moquad.data.pipeline import make_loader
 from moquad.data.views import draw_views
@@ -52,7 +53,7 @@ def test_rad_mosaic_windows_hold_the_donors():
     for size in (35, 32):  # k divides the mosaic / mosaic resized to a fractional window
         noise = rad_mosaic(cells[None], size)[0]  # (size, size, 3)
         centres = [int((i + 0.5) * size / k) for i in range(k)]
-        got = noise[..., 0][centres][:, centres].round().flatten()
+        got = noise[..., 0][centres][:, centres].float().round().flatten()
         assert got.tolist() == colours.float().tolist()  # row-major, one donor per window
 
 
@@ -218,3 +219,40 @@ def test_float_rad_residual_is_the_same_image_on_every_frame(coded, op):
                 assert (video in donors) == (op == "rad_intra")  # RAD-inter: never the sample's own video
             checked += 1
     assert checked == 6
+
+
+# ---------------------------------------------------------------- a new appearance op: one table entry
+
+
+def _draw_tint(ctx, rng):
+    return ops.Disturbed(float(rng.uniform(*ctx["rad_lambda"])), {"tint": rng.uniform(0, 255, 3)}, (ctx["video_id"],))
+
+
+def _noise_tint(batch, i, x, offset, cache):
+    return batch["tint"].reshape(-1, 3)[i].to(x.device).expand(x.shape[1], x.shape[2], 3)
+
+
+def test_a_new_appearance_op_with_its_own_parameter_is_one_table_entry(coded, monkeypatch):
+    """``tint`` (D: a flat colour of its own per view) declares its parameter in its row and nothing else: the
+    loader's parameters, both paths' batches, to_model and apply_views carry it by name."""
+    tint = ops.AppearanceOp("a flat colour per view", "", _draw_tint, _noise_tint,
+                            {"tint": ops.OpParam((3,), "float32", 0)})
+    monkeypatch.setitem(ops.APPEARANCE_OPS, "tint", tint)  # the only change
+    cfg = dataclasses.replace(PLAIN, appearance_op="tint", rad_lambda=(0.2, 0.5), color_jitter=1.0)
+    raw = next(iter(make_loader(coded, dataclasses.replace(cfg, augment_on_device=True), batch_size=2, num_batches=1)))
+    views = next(iter(make_loader(coded, cfg, batch_size=2, num_batches=1)))["views"]  # (B, V, 3, T, S, S) uint8
+    assert raw["tint"].shape == (2, 4, 3) and raw["tint"].dtype == torch.float32 and "cells" not in raw
+    out = apply_views(raw, cfg.size).double()  # (B, V, T, S, S, 3)
+    clean = apply_views({**raw, "lam": torch.zeros_like(raw["lam"])}, cfg.size).double()
+    for b in range(2):
+        for v, name in enumerate(raw["view_names"]):
+            lam, colour = float(raw["lam"][b, v]), raw["tint"][b, v].double()
+            if not name.startswith("ad_"):
+                assert lam == 0 and bool((colour == 0).all()) and torch.equal(out[b, v], clean[b, v])
+                continue
+            assert 0.2 <= lam <= 0.5 and bool((colour > 0).all())
+            assert raw["info"][b]["donor_ids"][v] == [raw["video_id"][b]]
+            assert (out[b, v] - ((1 - lam) * clean[b, v] + lam * colour)).abs().max() < 1e-3
+    assert (views.permute(0, 1, 3, 4, 5, 2).double() - out).abs().max() <= 0.51  # the workers' uint8 views
+    model_in = to_model(raw, "cpu", cfg.size)  # the device path reads the op's parameters too
+    assert torch.allclose(model_in, to_model({"views": views}, "cpu", cfg.size), atol=0.51 / 255 / 0.21)

@@ -54,7 +54,7 @@ def test_reduced_sizes_round_up_like_libjpeg(real_videos_dir):
 def test_the_largest_reduction_that_covers_the_output_shared_frames_take_the_smallest():
     cfg = dataclasses.replace(PLAIN, frames=4, rad_k=1)
     p = draw_views(48, (512, 680), cfg, np.random.default_rng(0), mode="pair")
-    p.frames, p.own_cells = np.arange(15), np.full((4, 1), -1)
+    p.frames, p.appearance_op, p.op_params = np.arange(15), "rad_intra", {"cells": np.full((4, 1), -1)}
     p.frame_index = np.array([[0, 1, 2, 3], [3, 4, 5, 6], [7, 8, 9, 10], [11, 12, 13, 14]])
     p.box = np.array([[1, 0, 224, 230], [0, 0, 150, 150], [10, 10, 460, 460], [0, 3, 300, 300]])
     reduce, boxes = reduce_views(p, (512, 680), 112)
@@ -62,7 +62,7 @@ def test_the_largest_reduction_that_covers_the_output_shared_frames_take_the_sma
     assert reduce.tolist() == [1] * 7 + [4] * 4 + [2] * 4
     assert boxes.tolist() == [[1, 0, 224, 230], [0, 0, 150, 150], [3, 3, 115, 115], [0, 2, 150, 150]]
     assert reduced_box(np.array([0, 0, 222, 300]), 2, (512, 680))[2] == 111  # < 112: not reducible
-    p.own_cells[2, 0] = 7  # a RAD-intra window of 200 px from frame 7: 1/4 (128 px) would not cover it
+    p.op_params["cells"][2, 0] = 7  # a RAD-intra window of 200 px from frame 7: 1/4 (128 px) would not cover it
     assert reduce_views(p, (512, 680), 112, cell=200)[0].tolist() == [1] * 7 + [2] * 8
 
 

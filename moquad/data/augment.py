@@ -19,12 +19,13 @@ ship the frames and parameters and the training loop calls the same function on 
 The two paths differ only in number representation and kernels. On the CPU step 1 reads and writes uint8
 (numpy gathers the box of the clip's frames, torch's fast antialiased uint8 kernel resizes, so step 1
 rounds; OpenCV flips), step 2 is float32 (``cv2.transform``: one multiply-add per value; OpenCV's own
-uint8 map is fixed point, up to 0.7 levels off, so the clip is converted first), step 3 float32, and the
-worker rounds the result half up to uint8 for transport (the +0.5 folded into the last float step, the cast
-truncates): the only rounding after step 1. On CUDA everything stays float32 (step 2 a 1 x 1 convolution).
-Same parameters, pixels within 1 grey level (tested); a clip with no colour op is the same bits as the
-torch-only CPU path before OpenCV, a coloured one within 1 level where float32 rounding straddled a .5
-(tests/test_augment_uint8.py).
+uint8 map is fixed point, up to 0.7 levels off, so the clip is converted first), step 3 float32 with the RAD
+mosaic resized by the same uint8 kernel (``ops.rad_mosaic``: D within 1 grey level of the float resize, a view
+within ``lam`` levels), and the worker rounds the result half up to uint8 for transport (the +0.5 folded into
+the last float step, the cast truncates): the only rounding after steps 1 and 3's mosaic. On CUDA everything
+stays float32 (step 2 a 1 x 1 convolution); same parameters, pixels within about 1 grey level of the workers'
+(tests/test_gpu.py). Given D, a clip with no colour op is the same bits as the torch-only CPU path before
+OpenCV, a coloured one within 1 level where float32 rounding straddled a .5 (tests/test_augment_uint8.py).
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ _TAIL = 64  # pixels of padding after a clip for cv2.transform: every real pixel
 _RGB2YIQ = ((0.299, 0.587, 0.114), (0.596, -0.274, -0.322), (0.211, -0.523, 0.312))
 _RGB2YIQ_32 = torch.tensor(_RGB2YIQ, dtype=torch.float64).to(torch.float32)
 _YIQ2RGB_32 = torch.linalg.inv(torch.tensor(_RGB2YIQ, dtype=torch.float64)).to(torch.float32)  # inverted once
-PARAM_KEYS = ("raw", "frame_index", "box", "flip", "colour_ops", "colour_factors", "lam", "cells", "noise_frame", "pool",
-              "appearance_op")
+# what apply_views reads from a batch, besides the appearance op's own parameters (ops.AppearanceOp.params)
+PARAM_KEYS = ("raw", "frame_index", "box", "flip", "colour_ops", "colour_factors", "lam", "pool", "appearance_op")
 
 
 def colour_matrices(codes: torch.Tensor, factors: torch.Tensor, mean_rgb: torch.Tensor) -> torch.Tensor:
@@ -149,7 +150,7 @@ def _finish(x: torch.Tensor, mb: torch.Tensor | None, lam: float, o: float, nois
         x, offset = colour_map(x, mb, o), o
     if lam > 0:  # step 3: (1 - lam) V + lam D, the same D on every frame (the op makes D)
         d = noise(x, offset)
-        e = d.contiguous() * lam + (o - offset * (1 - lam))  # the mosaics are channel-planar views
+        e = d.contiguous() * lam + (o - offset * (1 - lam))  # float32 (D uint8 on the CPU, or a channel-planar view)
         if x.dtype == torch.uint8:
             x = torch.add(e, x, alpha=1 - lam)  # uint8 + float -> float32
         else:
@@ -166,10 +167,11 @@ def _finish(x: torch.Tensor, mb: torch.Tensor | None, lam: float, o: float, nois
 def apply_views(batch: dict, size: int, quantize: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
     """A batch's views from its frames and parameters -> (B, V, T, size, size, 3), on ``batch["raw"]``'s device.
 
-    ``batch``: ``raw`` uint8 (B, U, H, W, 3) distinct frames per video (zero padded), ``frame_index`` (B, V, T),
-    ``box`` (B, V, 4), ``flip`` (B, V), ``colour_ops`` / ``colour_factors`` (B, V, K), ``lam`` (B, V),
-    ``cells`` (B, V, k*k) indices into ``pool`` uint8 (P, c, c, 3), ``noise_frame`` (B, V); the parameters
-    stay on the host (which clips need which step is decided there, without a device sync).
+    ``batch``: ``raw`` uint8 (B, U, H, W, 3) distinct frames per video (padded; the padding is never read),
+    ``frame_index`` (B, V, T), ``box`` (B, V, 4), ``flip`` (B, V), ``colour_ops`` / ``colour_factors`` (B, V, K),
+    ``lam`` (B, V), ``pool`` uint8 (P, c, c, 3) windows, ``appearance_op`` and that op's own parameters
+    (``ops.AppearanceOp.params``, e.g. RAD's ``cells`` (B, V, k*k) indices into ``pool``, BE's ``noise_frame``
+    (B, V)); the parameters stay on the host (which clips need which step is decided there, without a device sync).
     Float32 in 0..255, or uint8 rounded half up with ``quantize`` (the +0.5 is folded into the last step);
     written into ``out`` (B*V, T, size, size, 3) when given (the workers pass shared memory: no copy to send).
     """
@@ -259,6 +261,7 @@ def to_model(batch: dict, device: torch.device | str, size: int) -> torch.Tensor
         return normalize(batch["views"], device)
     if "raw" not in batch:
         batch = {**batch, "raw": decode_batch(batch, device)}
-    moved = {**{k: batch[k] for k in PARAM_KEYS}, "raw": batch["raw"].to(device, non_blocking=True)}
+    keys = (*PARAM_KEYS, *APPEARANCE_OPS[batch["appearance_op"]].params)
+    moved = {**{k: batch[k] for k in keys}, "raw": batch["raw"].to(device, non_blocking=True)}
     views = apply_views(moved, size)  # moves the few small tensors it needs on the device itself  # (B, V, T, S, S, 3) float on the device
     return normalize(views.permute(0, 1, 5, 2, 3, 4), device)

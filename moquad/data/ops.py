@@ -10,15 +10,17 @@
 
 Adding an op is one entry here (plus its tests): the config's choices, ``views.draw_views`` (parameters),
 ``pipeline`` (what the op needs read: donor frames, the video's own frames) and ``augment.apply_views``
-(pixels) read these tables. torch is imported inside the pixel functions only, so ``moquad.config`` (which
-reads the names) stays light.
+(pixels) read these tables. An appearance op declares its own per-view parameters in its row
+(:class:`OpParam`: name, shape, dtype, fill); ``ViewParams``, the batches and ``apply_views`` carry them by
+those names without knowing them (tests/test_ops.py adds an op that way). torch is imported inside the pixel
+functions only, so ``moquad.config`` (which reads the names) stays light.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -76,32 +78,52 @@ MOTION_OPS: dict[str, MotionOp] = {
 # ----------------------------------------------------------------------------- appearance
 
 
+@dataclass(frozen=True)
+class OpParam:
+    """A per-view parameter of an appearance op: :class:`~moquad.data.views.ViewParams` holds it (V, *shape) and
+    the batch (B, V, *shape) under its name, ``fill`` in the views the op leaves alone."""
+
+    shape: tuple[int | str, ...]  # per view; a str names a size of the draw context (``kk``: the k*k RAD windows)
+    dtype: str
+    fill: int | float
+    pool: bool = False  # windows of the batch's ``pool``, by index (AppearanceOp: how the loader fills them)
+
+
 @dataclass
 class Disturbed:
-    """What an appearance op draws for one view: ``lam`` and where its noise image comes from."""
+    """What an appearance op draws for one view: ``lam``, the values of its parameters (``AppearanceOp.params``, by
+    name) and the videos its noise image shows (per-video ``info``)."""
 
     lam: float
-    cells: np.ndarray | None = None  # (k*k,) indices into the batch's donor pool (RAD-inter)
-    own_cells: np.ndarray | None = None  # (k*k,) positions into the video's decoded frames (RAD-intra)
-    noise_frame: int = -1  # BE: position in the clip of the frame used as D
+    params: dict[str, Any] = field(default_factory=dict)
     donor_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class AppearanceOp:
-    """One appearance disturbance.
+    """One appearance disturbance: its row is all the loader and ``apply_views`` know of it.
 
+    ``params``: its per-view parameters (:class:`OpParam`) by name; ``draw(ctx, rng)`` -> :class:`Disturbed` for one
+    disturbed view (``ctx``: ``rad_lambda``, ``kk``, ``frames`` (T), ``num_decoded`` (U), ``video_id``, ``pick``);
+    ``noise(batch, i, x, offset, cache)`` -> ``D`` (size, size, 3) in 0..255 for flat view ``i``, reading its
+    parameters from the batch by the same names; ``x`` is the clip after the colour map, carrying ``offset``;
+    ``cache`` lets an op do batch-wide work once (the RAD mosaics).
     ``source`` says what the loader must read for it: ``donors`` (one frame of random OTHER videos, a pool per
-    batch), ``own`` (the video's own frames, into the same pool) or ``clip`` / ``""`` (nothing more).
-    ``draw(ctx, rng)`` -> :class:`Disturbed` for one view; ``noise(batch, i, x, offset, cache)`` -> ``D`` float32
-    (size, size, 3) in 0..255 for flat view ``i`` of the batch, ``x`` its clip after the colour map carrying
-    ``offset``; ``cache`` lets an op do batch-wide work once (the RAD mosaics).
+    batch: its ``pool`` parameters are drawn as indices into it by ``ctx["pick"]``), ``own`` (the video's own
+    frames: its ``pool`` parameters are drawn as positions into the decoded frames, ``ViewParams.frames``; the
+    loader resizes those frames into the pool and replaces the positions by their indices there) or ``clip`` /
+    ``""`` (nothing more). The pool is uint8 (P, c, c, 3), ``c`` the RAD window size.
     """
 
     help: str
     source: str
     draw: Callable[[dict[str, Any], np.random.Generator], Disturbed | None]
     noise: Callable[..., Any] | None
+    params: dict[str, OpParam] = field(default_factory=dict)
+
+    @property
+    def pool_params(self) -> tuple[str, ...]:
+        return tuple(name for name, p in self.params.items() if p.pool)
 
 
 def _lam(ctx: dict[str, Any], rng: np.random.Generator) -> float:
@@ -112,27 +134,34 @@ def _lam(ctx: dict[str, Any], rng: np.random.Generator) -> float:
 def _draw_rad_inter(ctx: dict[str, Any], rng: np.random.Generator) -> Disturbed:
     lam = _lam(ctx, rng)
     cells, ids = ctx["pick"](ctx["kk"], rng)
-    return Disturbed(lam, cells=cells, donor_ids=tuple(ids))
+    return Disturbed(lam, {"cells": cells}, tuple(ids))
 
 
 def _draw_rad_intra(ctx: dict[str, Any], rng: np.random.Generator) -> Disturbed:
     lam = _lam(ctx, rng)
-    return Disturbed(lam, own_cells=rng.integers(0, ctx["num_decoded"], size=ctx["kk"]),
-                     donor_ids=(ctx["video_id"],) * ctx["kk"])
+    positions = rng.integers(0, ctx["num_decoded"], size=ctx["kk"])  # into the decoded frames: the loader maps them
+    return Disturbed(lam, {"cells": positions}, (ctx["video_id"],) * ctx["kk"])
 
 
 def _draw_be(ctx: dict[str, Any], rng: np.random.Generator) -> Disturbed:
     lam = _lam(ctx, rng)
-    return Disturbed(lam, noise_frame=int(rng.integers(0, ctx["frames"])), donor_ids=(ctx["video_id"],))
+    return Disturbed(lam, {"noise_frame": int(rng.integers(0, ctx["frames"]))}, (ctx["video_id"],))
 
 
 def rad_mosaic(cells: Any, size: int) -> Any:
-    """RAD noise images: uint8 windows (N, k*k, c, c, 3), row-major -> float32 (N, size, size, 3)."""
+    """RAD noise images: uint8 windows (N, k*k, c, c, 3), row-major -> (N, size, size, 3) channels-last.
+
+    On the CPU the mosaic stays uint8 and torch's antialiased uint8 kernel resizes it (~7x the float kernel; ``D``
+    within 1 grey level of the float resize, so a view within ``lam`` levels: tests/test_augment_uint8.py); on
+    other devices it is float32 (channel-planar memory)."""
     import torch.nn.functional as F
 
     kk, c = cells.shape[-4], cells.shape[-3]
     k = math.isqrt(kk)
-    x = cells.reshape(-1, k, k, c, c, 3).permute(0, 5, 1, 3, 2, 4).reshape(-1, 3, k * c, k * c).float()
+    if cells.device.type != "cpu":
+        x = cells.reshape(-1, k, k, c, c, 3).permute(0, 5, 1, 3, 2, 4).reshape(-1, 3, k * c, k * c).float()
+    else:  # contiguous (N, kc, kc, 3) seen as (N, 3, kc, kc): the channels-last layout the uint8 kernel wants
+        x = cells.reshape(-1, k, k, c, c, 3).permute(0, 1, 3, 2, 4, 5).reshape(-1, k * c, k * c, 3).permute(0, 3, 1, 2)
     if k * c != size:
         x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
     return x.permute(0, 2, 3, 1)
@@ -152,11 +181,15 @@ def _noise_be(batch: dict, i: int, x: Any, offset: float, cache: dict) -> Any:
     return x[int(batch["noise_frame"].reshape(-1)[i])].float() - offset
 
 
+_CELLS = {"cells": OpParam(("kk",), "int64", -1, pool=True)}  # the k*k RAD windows, row-major
+
 APPEARANCE_OPS: dict[str, AppearanceOp] = {
     "rad_inter": AppearanceOp("RAD: a k x k mosaic of frames of OTHER videos (the paper's default)", "donors",
-                              _draw_rad_inter, _noise_rad),
-    "rad_intra": AppearanceOp("RAD with the mosaic's frames from the same video", "own", _draw_rad_intra, _noise_rad),
-    "be": AppearanceOp("Background Erasing: one frame of the clip itself", "clip", _draw_be, _noise_be),
+                              _draw_rad_inter, _noise_rad, _CELLS),
+    "rad_intra": AppearanceOp("RAD with the mosaic's frames from the same video", "own", _draw_rad_intra, _noise_rad,
+                              _CELLS),
+    "be": AppearanceOp("Background Erasing: one frame of the clip itself", "clip", _draw_be, _noise_be,
+                       {"noise_frame": OpParam((), "int64", -1)}),  # the clip frame (position in the clip) used as D
     "none": AppearanceOp("no appearance disturbance", "", lambda ctx, rng: None, None),
 }
 

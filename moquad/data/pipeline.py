@@ -20,7 +20,8 @@ worker in small stages, all driven by the manifest (:class:`~moquad.data.store.S
 - Bad samples: a payload that fails its checksum or a frame that fails to decode is replaced by a spare
   video (outside the global batch, rank-disjoint), so batches stay full and equal on every rank; the
   batch lists each skip in ``bad`` (video_id, shard, reason) for ``RUN/bad_samples.jsonl``.
-- Only the shards the manifest names are opened, each sample with ONE read of its payload; a missing or
+- Only the shards the manifest names are opened, each sample with ONE read of its payload (a local shard is
+  mapped into memory: the payload is a view of it, no copy; store.mapped_bytes); a missing or
   short shard is an error at start-up. ``bytes`` reports what a batch read (payloads + donor frames).
 - Multi-node safety: when a torch.distributed group is initialised, ``world_size``/``rank`` must match it.
 - Once per run: :class:`RunLoader` reads the manifest and checks the shards once and keeps its workers across
@@ -46,13 +47,14 @@ from moquad.config import LoaderConfig
 from moquad.data.augment import apply_views
 from moquad.data.donors import DonorPool, donor_picks, donor_pool, resize_cells
 from moquad.data.epoch_plan import EpochPlan, stream
+from moquad.data.ops import APPEARANCE_OPS
 from moquad.data.store import BadSample, Split, decode_frames, decode_jpeg, reduced_hw
 from moquad.data.views import ViewParams, cell_size, check_config, draw_views, needs_donors, reduce_views
 from moquad.data.workers import ignore_preemption
 from moquad.errors import MoquadError
 from moquad.objstore import Location
 
-_STACKED = ("frame_index", "box", "flip", "colour_ops", "colour_factors", "lam", "noise_frame")
+_STACKED = ("frame_index", "box", "flip", "colour_ops", "colour_factors", "lam")  # + the op's own params
 
 
 def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -64,23 +66,26 @@ def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(0, dtype=dtype).set_(storage).view(shape)
 
 
+def _zeros(shape: tuple[int, ...]) -> torch.Tensor:
+    """uint8 zeros that cost nothing until written: a worker's fresh shared memory (zero filled), or calloc'd pages
+    in this process. Decoding then touches the frames' pages only, never the padding's."""
+    return _empty(shape, torch.uint8) if get_worker_info() is not None else torch.from_numpy(np.zeros(shape, np.uint8))
+
+
 def _decode_into(out: np.ndarray, payload: bytes, offsets: np.ndarray, frames: np.ndarray,
                  hw: tuple[int, int], reduce: np.ndarray) -> None:
     """Decode ``frames`` of one video (``hw`` pixels), each at ``1 / reduce`` (store.decode_jpeg), straight into
-    ``out`` (>= U, >= H, >= W, 3) at the top left; zero the padding."""
-    view = memoryview(payload)
+    ``out`` (>= U, >= H, >= W, 3) at the top left. The padding is left as it is (zeros in a :func:`_zeros` buffer;
+    nothing reads it: views read their boxes, inside their frames)."""
+    view, at, full_w = memoryview(payload), offsets.tolist(), out.shape[2]
     for j, (f, r) in enumerate(zip(frames.tolist(), reduce.tolist())):
-        data = view[offsets[f] : offsets[f + 1]]
         height, width = reduced_hw(hw, r)
-        frame = decode_jpeg(data, out=out[j, :height] if width == out.shape[2] else None, reduce=r, hw=hw)
+        frame = decode_jpeg(view[at[f] : at[f + 1]], out=out[j, :height] if width == full_w else None, reduce=r, hw=hw)
         if frame.shape[:2] != (height, width):
             raise BadSample(f"frame of {frame.shape[1]}x{frame.shape[0]} pixels at 1/{r}, the manifest says "
                             f"{hw[1]}x{hw[0]}")
-        if width != out.shape[2]:
+        if width != full_w:
             out[j, :height, :width] = frame
-            out[j, :height, width:] = 0
-        out[j, height:] = 0
-    out[len(frames):] = 0
 
 
 def check_jpegs(payload: bytes, offsets: np.ndarray, frames: np.ndarray, hw: tuple[int, int]) -> None:
@@ -110,6 +115,7 @@ class EpochBatches(Dataset):
         self.end = plan.num_batches if end is None else end  # the loader's last batch + 1 (no reads past it)
         self.augment_on_device = cfg.augment_on_device or cfg.decode_on_device
         self.scaled = cfg.scaled_decode and not cfg.decode_on_device  # nvJPEG decodes full size
+        self._scratch: np.ndarray | None = None  # the default path's frame buffer (_frame_buffer)
 
     def __len__(self) -> int:
         return self.plan.num_batches
@@ -217,14 +223,26 @@ class EpochBatches(Dataset):
                     "hw": torch.from_numpy(np.stack([split.height[idx], split.width[idx]], 1))}
         hw = np.array([reduced_hw(self._hw(i), int(r.min())) for (i, _, _), r in zip(drawn, reduce)])  # largest
         shape = (max(len(d[2].frames) for d in drawn), int(hw[:, 0].max()), int(hw[:, 1].max()), 3)
-        raw = _empty((len(drawn), *shape), torch.uint8) if self.augment_on_device else \
-            torch.from_numpy(np.empty((len(drawn), *shape), dtype=np.uint8))
+        raw = _zeros((len(drawn), *shape)) if self.augment_on_device else self._frame_buffer((len(drawn), *shape))
         for pos, (i, payload, p) in enumerate(drawn):
             try:
                 _decode_into(raw.numpy()[pos], payload, split.frame_offsets(i), p.frames, self._hw(i), reduce[pos])
             except BadSample as e:
                 raise _DecodeFailed(pos, e) from None
         return {"raw": raw}
+
+    def _frame_buffer(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """The default path's ``raw``: it never leaves the worker, so one buffer serves every batch (a fresh one,
+        30-125 MB for K400 at 128-256 px, costs its page faults and the kernel's zeroing on every batch); its
+        padding holds what earlier batches left there (nothing reads it)."""
+        n = int(np.prod(shape))
+        if self._scratch is None or self._scratch.size < n:
+            self._scratch = None  # freed before the bigger one is made
+            self._scratch = np.empty(n, np.uint8)
+        return torch.from_numpy(self._scratch[:n].reshape(shape))
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_scratch": None}  # a worker makes its own
 
     def _collate(self, drawn: list[tuple[int, bytes, ViewParams]], pool: DonorPool | None, bad: list) -> dict:
         split, cfg = self.split, self.cfg
@@ -234,7 +252,9 @@ class EpochBatches(Dataset):
         batch = {k: torch.from_numpy(np.stack([getattr(p, k) for p in params])) for k in _STACKED}
         batch["box"] = torch.from_numpy(boxes)
         batch.update(self._frames(drawn, reduce))
-        batch["cells"], batch["pool"] = self._cells(drawn, batch.get("raw"), pool, reduce)
+        op_params = {k: np.stack([p.op_params[k] for p in params]) for k in APPEARANCE_OPS[cfg.appearance_op].params}
+        batch["pool"] = self._pool(drawn, batch.get("raw"), pool, reduce, op_params)
+        batch.update({k: torch.from_numpy(v) for k, v in op_params.items()})
         batch["appearance_op"] = cfg.appearance_op
         out = {"view_names": params[0].names, "video_id": [str(split.video_id[i]) for i in idx],
                "index": torch.tensor(idx, dtype=torch.int64), "label": torch.from_numpy(split.label[idx]),
@@ -250,30 +270,39 @@ class EpochBatches(Dataset):
         out["info"] = [p.info for p in params]  # ~11 kB per K400 batch of 8: always sent (tests, benchmarks read it)
         return out
 
-    def _cells(self, drawn: list[tuple[int, bytes, ViewParams]], raw: torch.Tensor | None,
-               pool: DonorPool | None, reduce: list[np.ndarray]) -> tuple:
-        """RAD windows of the batch as indices into ONE pool: donor frames + the videos' own (an op whose
-        ``source`` is ``own``, e.g. RAD-intra)."""
+    def _pool(self, drawn: list[tuple[int, bytes, ViewParams]], raw: torch.Tensor | None, pool: DonorPool | None,
+              reduce: list[np.ndarray], op_params: dict[str, np.ndarray]) -> torch.Tensor:
+        """The batch's window pool (P, c, c, 3): the donor frames, then the windows an op whose ``source`` is ``own``
+        reads from the videos themselves (e.g. RAD-intra), whose positions in ``op_params`` (B, V, ...) it replaces
+        by their indices in the pool (ops.AppearanceOp)."""
         c = cell_size(self.cfg)
         parts = [pool.cells] if pool is not None else [torch.zeros((0, c, c, 3), dtype=torch.uint8)]
+        op = APPEARANCE_OPS[self.cfg.appearance_op]
+        if op.source != "own":
+            return parts[0]
         base = len(parts[0])
-        cells = np.stack([p.cells for _, _, p in drawn])
-        for b, (i, payload, p) in enumerate(drawn):
-            own = p.own_cells >= 0
-            if own.any():
-                if raw is not None:
-                    resized = _own_cells(raw[b], p.own_cells[own], reduce[b], self._hw(i), c)
-                else:  # decode_on_device: the worker decodes just these frames
-                    try:
-                        picked = torch.from_numpy(decode_frames(payload, self.split.frame_offsets(i),
-                                                                p.frames[p.own_cells[own]]))
-                    except BadSample as e:
-                        raise _DecodeFailed(b, e) from None
-                    resized = resize_cells(picked, c)
-                parts.append(resized)
-                cells[b][own] = base + np.arange(int(own.sum()))
+        for key in op.pool_params:
+            for b, (i, payload, p) in enumerate(drawn):
+                windows = op_params[key][b]
+                own = windows >= 0
+                if not own.any():
+                    continue
+                parts.append(self._own_windows(b, i, payload, p, windows[own], raw, reduce[b], c))
+                windows[own] = base + np.arange(int(own.sum()))
                 base += int(own.sum())
-        return torch.from_numpy(cells), torch.cat(parts)
+        return torch.cat(parts)
+
+    def _own_windows(self, b: int, i: int, payload: bytes, p: ViewParams, positions: np.ndarray,
+                     raw: torch.Tensor | None, reduce: np.ndarray, c: int) -> torch.Tensor:
+        """Video ``i``'s decoded frames ``positions`` (of ``p.frames``) at the window size: from ``raw`` (row ``b``),
+        or, with ``decode_on_device``, decoded here."""
+        if raw is not None:
+            return _own_cells(raw[b], positions, reduce, self._hw(i), c)
+        try:
+            picked = torch.from_numpy(decode_frames(payload, self.split.frame_offsets(i), p.frames[positions]))
+        except BadSample as e:
+            raise _DecodeFailed(b, e) from None
+        return resize_cells(picked, c)
 
 
 def _own_cells(raw: torch.Tensor, positions: np.ndarray, reduce: np.ndarray, hw: tuple[int, int],
@@ -392,7 +421,7 @@ def _open(data: Location | Split, cfg: LoaderConfig, split: str, rank: int, worl
     _check_distributed(rank, world_size)
     if cfg.workers < 0:
         raise ValueError(f"loader.workers must be >= 0, got {cfg.workers}")
-    data = data if isinstance(data, Split) else Split(data, split)
+    data = data if isinstance(data, Split) else Split(data, split, mapped=True)  # payloads: views, no copies
     data.check_shards()
     return data
 

@@ -15,10 +15,11 @@ Every clip has its own random start and its own spatial augmentation (crop box, 
 Speeds and short videos follow :mod:`moquad.data.clip_frames`.
 
 The parameters are the whole randomness: frame indices, crop boxes, flips, colour operations, lambda
-and RAD donor windows. :func:`moquad.data.augment.apply_views` turns them into pixels, per batch in
-the DataLoader workers or batched on the accelerator (``augment_on_device``): the two paths run the
-same function on the same parameters. :func:`reduce_views` picks the frames the loader may decode at reduced
-size (``scaled_decode``) and gives the boxes in those frames' pixels.
+and the appearance op's own parameters (its row's ``params``, e.g. the RAD windows, BE's frame).
+:func:`moquad.data.augment.apply_views` turns them into pixels, per batch in the DataLoader workers or batched
+on the accelerator (``augment_on_device``): the two paths run the same function on the same parameters.
+:func:`reduce_views` picks the frames the loader may decode at reduced size (``scaled_decode``) and gives the
+boxes in those frames' pixels.
 """
 
 from __future__ import annotations
@@ -56,20 +57,34 @@ class ViewParams:
     colour_ops: np.ndarray  # (V, MAX_COLOUR_OPS) codes into COLOUR_OPS, applied in order
     colour_factors: np.ndarray  # (V, MAX_COLOUR_OPS) float32
     lam: np.ndarray  # (V,) float32, 0 = no appearance disturbance
-    cells: np.ndarray  # (V, k*k) RAD-inter windows: indices into the batch's donor pool, -1 none
-    own_cells: np.ndarray  # (V, k*k) RAD-intra windows: positions into ``frames``, -1 none
-    noise_frame: np.ndarray  # (V,) BE: the clip frame (position in the clip) used as D, -1 none
+    appearance_op: str  # the row of ops.APPEARANCE_OPS that drew ``op_params``
+    op_params: dict[str, np.ndarray]  # that op's own parameters (its ``params``) by name, each (V, *shape)
     info: dict[str, Any] = field(default_factory=dict)  # dilations, rule, frame indices, donor ids
 
 
 def reduced_box(box: np.ndarray, reduce: int, hw: tuple[int, int]) -> np.ndarray:
     """A crop box (top, left, h, w) of a ``hw`` frame in the pixels of that frame decoded at ``1 / reduce``: each
     edge at the nearest reduced pixel edge (off by at most ``reduce / 2`` source pixels), inside the frame."""
-    top, left, h, w = (int(x) for x in box)
-    rh, rw = reduced_hw(hw, reduce)
-    t0, l0 = (2 * top + reduce) // (2 * reduce), (2 * left + reduce) // (2 * reduce)
-    t1, l1 = min(rh, (2 * (top + h) + reduce) // (2 * reduce)), min(rw, (2 * (left + w) + reduce) // (2 * reduce))
-    return np.array([t0, l0, t1 - t0, l1 - l0], dtype=np.int64)
+    return _reduced_boxes(np.asarray(box, dtype=np.int64)[None], np.array([reduce]), hw)[0]
+
+
+def _reduced_boxes(box: np.ndarray, reduce: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+    """:func:`reduced_box` of boxes (N, 4), each at its own reduction (N,)."""
+    rh, rw = -(-hw[0] // reduce), -(-hw[1] // reduce)  # store.reduced_hw
+    t0, l0 = (2 * box[:, 0] + reduce) // (2 * reduce), (2 * box[:, 1] + reduce) // (2 * reduce)
+    t1 = np.minimum(rh, (2 * (box[:, 0] + box[:, 2]) + reduce) // (2 * reduce))
+    l1 = np.minimum(rw, (2 * (box[:, 1] + box[:, 3]) + reduce) // (2 * reduce))
+    return np.stack([t0, l0, t1 - t0, l1 - l0], axis=1).astype(np.int64)
+
+
+def own_windows(p: ViewParams) -> np.ndarray:
+    """The positions into ``p.frames`` that its op's pool windows read from the video itself (an op whose
+    ``source`` is ``own``, e.g. RAD-intra), flat, in (view, window) order; empty for other ops."""
+    op = APPEARANCE_OPS[p.appearance_op]
+    if op.source != "own" or not op.pool_params:
+        return np.zeros(0, np.int64)
+    flat = np.concatenate([p.op_params[k].reshape(-1) for k in op.pool_params])
+    return flat[flat >= 0]
 
 
 def reduce_views(p: ViewParams, hw: tuple[int, int], size: int, cell: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -77,14 +92,17 @@ def reduce_views(p: ViewParams, hw: tuple[int, int], size: int, cell: int = 0) -
 
     A view gets the largest reduction (``store.REDUCTIONS``: 8, 4, 2, 1) whose box still covers ``size`` x
     ``size`` (its resize still shrinks or copies); views that share a frame share the smallest of theirs (a
-    view's frames all have one scale, so one box); a frame a RAD-intra window uses keeps ``cell`` pixels."""
-    def view_reduction(box: np.ndarray) -> int:
-        return next((r for r in REDUCTIONS if (reduced_box(box, r, hw)[2:] >= size).all()), 1)
-
+    view's frames all have one scale, so one box); a frame an ``own`` op's window uses (:func:`own_windows`) keeps
+    ``cell`` pixels."""
+    if min(reduced_hw(hw, REDUCTIONS[-2])) < size:  # no box covers the output at 1/2: every frame full size
+        return np.ones(len(p.frames), np.int64), p.box.astype(np.int64)
+    per_view = np.ones(len(p.box), np.int64)
+    for r in REDUCTIONS[-2::-1]:  # 2, 4, 8: the largest reduction that still covers wins
+        covers = (_reduced_boxes(p.box, np.full(len(p.box), r), hw)[:, 2:] >= size).all(axis=1)
+        per_view[covers] = r
     cap = next((r for r in REDUCTIONS if min(reduced_hw(hw, r)) >= cell), 1)
-    frame_cap = np.full(len(p.frames), cap, dtype=np.int64)
-    frame_cap[np.setdiff1d(np.arange(len(p.frames)), p.own_cells[p.own_cells >= 0])] = REDUCTIONS[0]
-    per_view = np.array([view_reduction(b) for b in p.box], dtype=np.int64)
+    frame_cap = np.full(len(p.frames), REDUCTIONS[0], dtype=np.int64)
+    frame_cap[own_windows(p)] = cap
     while True:  # views sharing frames (directly or through other views) end with one reduction
         per_frame = frame_cap.copy()
         np.minimum.at(per_frame, p.frame_index.ravel(), np.repeat(per_view, p.frame_index.shape[1]))
@@ -92,7 +110,7 @@ def reduce_views(p: ViewParams, hw: tuple[int, int], size: int, cell: int = 0) -
         if (settled == per_view).all():
             break
         per_view = settled
-    return per_frame, np.stack([reduced_box(b, r, hw) for b, r in zip(p.box, per_view)])
+    return per_frame, _reduced_boxes(p.box, per_view, hw)
 
 
 def check_config(cfg: LoaderConfig, mode: str = "moquad") -> None:
@@ -194,16 +212,18 @@ def draw_views(num_frames: int, hw: tuple[int, int], cfg: LoaderConfig, rng: np.
     plan, info = plan_clips(num_frames, cfg, rng, mode)
     frames, inverse = np.unique(np.concatenate([idx for _, idx, _ in plan]), return_inverse=True)
     nv, t, kk = len(plan), cfg.frames, cfg.rad_k ** 2
+    op = APPEARANCE_OPS[cfg.appearance_op]
+    ctx = {"rad_lambda": cfg.rad_lambda, "kk": kk, "frames": t, "num_decoded": len(frames), "video_id": video_id,
+           "pick": pick}
     p = ViewParams(
         names=tuple(name for name, _, _ in plan), frames=frames, frame_index=inverse.reshape(nv, t),
         box=np.zeros((nv, 4), np.int64), flip=FLIP_POLICIES[cfg.flip](nv, rng),
         colour_ops=np.zeros((nv, MAX_COLOUR_OPS), np.int64), colour_factors=np.zeros((nv, MAX_COLOUR_OPS), np.float32),
-        lam=np.zeros(nv, np.float32), cells=np.full((nv, kk), -1, np.int64), own_cells=np.full((nv, kk), -1, np.int64),
-        noise_frame=np.full(nv, -1, np.int64), info={**info, "indices": [idx for _, idx, _ in plan], "donor_ids": []},
+        lam=np.zeros(nv, np.float32), appearance_op=cfg.appearance_op,
+        op_params={k: np.full((nv, *(ctx[d] if isinstance(d, str) else d for d in spec.shape)), spec.fill, spec.dtype)
+                   for k, spec in op.params.items()},
+        info={**info, "indices": [idx for _, idx, _ in plan], "donor_ids": []},
     )
-    op = APPEARANCE_OPS[cfg.appearance_op]
-    ctx = {"rad_lambda": cfg.rad_lambda, "kk": kk, "frames": t, "num_decoded": len(frames), "video_id": video_id,
-           "pick": pick}
     if op.source == "donors" and pick is None and any(d for _, _, d in plan):
         raise ValueError(f"appearance_op={cfg.appearance_op} needs donor frames; pass a donor pool")
     for v, (_name, _idx, disturbed) in enumerate(plan):
@@ -211,10 +231,10 @@ def draw_views(num_frames: int, hw: tuple[int, int], cfg: LoaderConfig, rng: np.
         p.colour_ops[v], p.colour_factors[v] = draw_colour(cfg, rng)
         drawn = op.draw(ctx, rng) if disturbed else None
         if drawn is not None:
-            p.lam[v], p.noise_frame[v] = drawn.lam, drawn.noise_frame
-            if drawn.cells is not None:
-                p.cells[v] = drawn.cells
-            if drawn.own_cells is not None:
-                p.own_cells[v] = drawn.own_cells
+            p.lam[v] = drawn.lam
+            for k, value in drawn.params.items():
+                if k not in p.op_params:
+                    raise KeyError(f"appearance op {cfg.appearance_op!r} drew {k!r}, which its params do not declare")
+                p.op_params[k][v] = value
         p.info["donor_ids"].append(list(drawn.donor_ids) if drawn is not None else [])
     return p
