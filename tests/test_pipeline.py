@@ -173,35 +173,17 @@ def test_reads_by_offset_only_the_manifest_shards_and_bytes_of_used_videos(data,
     coded_dataset(tmp_path / "other", num_videos=2, num_frames=8)
     shutil.copy(tmp_path / "other" / "shards" / "train-000-000000.tar", stray / "shards" / "train-999-000000.tar")
     opened = []
-    for name in ("read_bytes", "mapped_bytes"):  # a pread, or a view of the mapped shard (the loader's, locally)
-        def counted(p, o, s, read=getattr(store, name)):
-            opened.append(str(p))
-            return read(p, o, s)
-        monkeypatch.setattr(store, name, counted)
+    def counted(p, o, s, read=store.read_bytes):
+        opened.append(str(p))
+        return read(p, o, s)
+
+    monkeypatch.setattr(store, "read_bytes", counted)
     batches = list(make_loader(stray, cfg, batch_size=4))
     split = store.Split(stray)
     used = np.concatenate([b["index"].numpy() for b in batches])
     assert sum(b["bytes"] for b in batches) == int(split.size[used].sum())
     assert len(opened) == len(used)  # ONE read per sample
     assert not any("train-999" in p for p in opened)  # a stray tar the manifest does not name is never read
-
-
-def test_payloads_are_views_of_the_mapped_shards(data, tmp_path):
-    """The loader's split maps its local shards: each payload a view (no copy) with the bytes a pread gives; a
-    range past the end of a (short) shard is a BadSample, as a short pread is."""
-    mapped, plain = store.Split(data, mapped=True), store.Split(data)
-    for i in range(len(plain)):
-        got = mapped.payload(i)
-        assert isinstance(got, memoryview) and got == plain.payload(i) and isinstance(plain.payload(i), bytes)
-    short = tmp_path / "short.tar"
-    short.write_bytes(b"x" * 100)
-    assert store.mapped_bytes(short, 10, 90) == b"x" * 90
-    with pytest.raises(store.BadSample, match="short read: 50 of 60 bytes"):
-        store.mapped_bytes(short, 50, 60)
-    empty = tmp_path / "empty.tar"
-    empty.write_bytes(b"")
-    with pytest.raises(store.BadSample, match="short read"):
-        store.mapped_bytes(empty, 0, 1)
 
 
 def test_missing_or_short_shard_is_an_error_at_start_up(data, tmp_path):

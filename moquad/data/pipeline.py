@@ -20,8 +20,8 @@ worker in small stages, all driven by the manifest (:class:`~moquad.data.store.S
 - Bad samples: a payload that fails its checksum or a frame that fails to decode is replaced by a spare
   video (outside the global batch, rank-disjoint), so batches stay full and equal on every rank; the
   batch lists each skip in ``bad`` (video_id, shard, reason) for ``RUN/bad_samples.jsonl``.
-- Only the shards the manifest names are opened, each sample with ONE read of its payload (a local shard is
-  mapped into memory: the payload is a view of it, no copy; store.mapped_bytes); a missing or
+- Only the shards the manifest names are opened, each sample with ONE read of its payload (store.read_bytes: a
+  pread, so an I/O error of a cluster file system is a bad sample, never a SIGBUS); a missing or
   short shard is an error at start-up. ``bytes`` reports what a batch read (payloads + donor frames).
 - Multi-node safety: when a torch.distributed group is initialised, ``world_size``/``rank`` must match it.
 - Once per run: :class:`RunLoader` reads the manifest and checks the shards once and keeps its workers across
@@ -421,7 +421,7 @@ def _open(data: Location | Split, cfg: LoaderConfig, split: str, rank: int, worl
     _check_distributed(rank, world_size)
     if cfg.workers < 0:
         raise ValueError(f"loader.workers must be >= 0, got {cfg.workers}")
-    data = data if isinstance(data, Split) else Split(data, split, mapped=True)  # payloads: views, no copies
+    data = data if isinstance(data, Split) else Split(data, split)
     data.check_shards()
     return data
 

@@ -6,9 +6,8 @@ feature extraction, the linear probe, fine-tuning, ``cam``, ``info`` and ``verif
 A :class:`Split` holds one split's manifest as flat numpy arrays without Python objects (forked DataLoader
 workers share them copy-on-write; a big frame index is a memory-mapped cache file every process of a node
 shares, :func:`index_cache_dir`) and reads by offset: a sample is ONE read of ``(shard, jpgs_offset, jpgs_size)``
-(:func:`read_bytes`, the single place that reads sample bytes: a ``pread`` locally, ONE ranged GET
-on an object store, see :mod:`moquad.objstore`; the loader views a local shard mapped into memory instead,
-:func:`mapped_bytes`, no copy), checked against its xxh3; a frame is one read of its
+(:func:`read_bytes`, the single place that touches sample bytes: a ``pread`` locally, ONE ranged GET
+on an object store, see :mod:`moquad.objstore`), checked against its xxh3; a frame is one read of its
 byte range. ``data_dir`` is a folder or a URL (``s3://bucket/prefix``, ``gs://``, ``http(s)://``). The manifest is the dataset: files it
 does not name are never opened, and a shard it names that is missing or too short is an error at
 start-up (:meth:`Split.check_shards`).
@@ -212,29 +211,7 @@ def read_bytes(path: Location, offset: int, size: int) -> bytes:
     return _checked_length(data, offset, size)
 
 
-_MAPPED: dict[str, mmap.mmap] = {}  # local shards mapped read-only by this process (a forked worker inherits them)
-_MAPPED_MAX = 1024  # mapped at once: past it the oldest is dropped (unmapped once no view of it is left)
-
-
-def mapped_bytes(path: Location, offset: int, size: int) -> memoryview:
-    """``size`` bytes of the local file ``path`` at ``offset`` as a read-only view of the file mapped into memory:
-    no copy (the loader's payloads: a pread copies ~2 MB per K400 video at 128 px, of which it decodes ~20%).
-    The file must not shrink while views of it live (reading a truncated mapping is SIGBUS, not an error)."""
-    if offset < 0 or size < 0:
-        raise BadSample(f"invalid byte range ({offset}, {size})")
-    key = str(path)
-    m = _MAPPED.get(key)
-    if m is None:
-        if len(_MAPPED) >= _MAPPED_MAX:
-            _MAPPED.pop(next(iter(_MAPPED)))
-        with open(key, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                return _checked_length(memoryview(b""), offset, size)
-            m = _MAPPED[key] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return _checked_length(memoryview(m)[offset : offset + size], offset, size)
-
-
-def _checked_length(data: bytes | memoryview, offset: int, size: int) -> bytes | memoryview:
+def _checked_length(data: bytes, offset: int, size: int) -> bytes:
     if len(data) != size:
         raise BadSample(f"short read: {len(data)} of {size} bytes at offset {offset}")
     return data
@@ -367,10 +344,9 @@ class Split:
     payload, so < 4 GiB), read from the Parquet file one row group at a time.
     """
 
-    def __init__(self, data_dir: Location, split: str = "train", mapped: bool = False) -> None:
+    def __init__(self, data_dir: Location, split: str = "train") -> None:
         _, file, key = _manifest_file(data_dir, split)
         self.data_dir, self.split = data_dir if objstore.is_url(data_dir) else Path(data_dir), split
-        self.mapped = mapped and not objstore.is_url(data_dir)  # payloads as views of mapped shards (the loader's)
         self._prefetched: dict[int | tuple[int, int], Future] = {}  # reads in flight (stores; prefetch)
         names = [n for n in MANIFEST_SCHEMA.names if n not in ("frame_offsets", "source_path")]
         table = file.read(columns=names).cast(pa.schema([MANIFEST_SCHEMA.field(n) for n in names]))
@@ -451,12 +427,12 @@ class Split:
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_prefetched": {}}  # reads in flight stay with the process that started them
 
-    def payload(self, i: int, verify: bool = True) -> bytes | memoryview:
+    def payload(self, i: int, verify: bool = True) -> bytes:
         """Video ``i``'s concatenated JPEGs: one read (or what :meth:`prefetch` started), xxh3-checked unless
-        ``verify=False``; a view of the mapped shard (:func:`mapped_bytes`, no copy) when the split is ``mapped``."""
+        ``verify=False``."""
         got = self._prefetched.pop(int(i), None)
-        read = mapped_bytes if self.mapped else read_bytes
-        data = got.result() if got is not None else read(self.shard_path(i), int(self.offset[i]), int(self.size[i]))
+        data = got.result() if got is not None else \
+            read_bytes(self.shard_path(i), int(self.offset[i]), int(self.size[i]))
         if isinstance(data, Exception):
             raise data
         if verify and xxhash.xxh3_128_hexdigest(data).encode() != self.xxh3[i]:
