@@ -104,7 +104,7 @@ def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per
     if source is not None:
         made_with["source"] = str(Path(source).resolve())
     stamp = out / "quickstart.json"  # a rerun reuses data and finished runs only if made with these settings
-    if stamp.is_file() and {"kind": "types", **json.loads(stamp.read_text())} != made_with:  # older stamps: no kind
+    if stamp.is_file() and json.loads(stamp.read_text()) != made_with:
         raise ValueError(f"{out} holds a quickstart made with other settings ({stamp}); choose a new --out or delete it")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(stamp, json.dumps(made_with, indent=2))
