@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from moquad.data.store import REDUCTIONS, BadSample, Split, decode_jpeg, reduced_hw
+from moquad.data.store import BadSample, Split, decode_jpeg, largest_reduction
 from moquad.data.views import DonorPick
 from moquad.errors import MoquadError
 
@@ -77,7 +77,7 @@ def donor_pool(split: Split, picks: list[tuple[int, int]], cell: int, scaled: bo
     frames, videos, used = [], [], 0
     for (i, _), data in zip(picks, split.frame_bytes_many(picks)):  # the reads overlap on an object store
         hw = (int(split.height[i]), int(split.width[i]))
-        reduce = next((r for r in REDUCTIONS if min(reduced_hw(hw, r)) >= 2 * cell), 1) if scaled else 1
+        reduce = largest_reduction(hw, 2 * cell) if scaled else 1
         try:
             if isinstance(data, Exception):
                 raise data

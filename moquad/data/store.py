@@ -225,6 +225,11 @@ def reduced_hw(hw: tuple[int, int], reduce: int) -> tuple[int, int]:
     return -(-hw[0] // reduce), -(-hw[1] // reduce)
 
 
+def largest_reduction(hw: tuple[int, int], short_side: int) -> int:
+    """The largest of :data:`REDUCTIONS` at which a ``hw`` frame keeps ``short_side`` pixels on its short side."""
+    return next((r for r in REDUCTIONS if min(reduced_hw(hw, r)) >= short_side), 1)
+
+
 def decode_jpeg(data: bytes | memoryview, out: np.ndarray | None = None, reduce: int = 1,
                 hw: tuple[int, int] | None = None) -> np.ndarray:
     """One JPEG -> uint8 (H, W, 3) RGB (into ``out`` when given); a broken JPEG raises BadSample.

@@ -34,7 +34,7 @@ import numpy as np
 from moquad.config import LoaderConfig
 from moquad.data.clip_frames import draw_speeds, random_clip
 from moquad.data.ops import APPEARANCE_OPS, FLIP_POLICIES, MOTION_OPS
-from moquad.data.store import REDUCTIONS, reduced_hw
+from moquad.data.store import REDUCTIONS, largest_reduction, reduced_hw
 
 COLOUR_OPS = ("none", "brightness", "contrast", "saturation", "hue", "gray")  # codes of ``colour_ops``
 MAX_COLOUR_OPS = 5  # jitter (4 ops in random order) + grayscale
@@ -70,7 +70,7 @@ def reduced_box(box: np.ndarray, reduce: int, hw: tuple[int, int]) -> np.ndarray
 
 def _reduced_boxes(box: np.ndarray, reduce: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
     """:func:`reduced_box` of boxes (N, 4), each at its own reduction (N,)."""
-    rh, rw = -(-hw[0] // reduce), -(-hw[1] // reduce)  # store.reduced_hw
+    rh, rw = reduced_hw(hw, reduce)  # per box
     t0, l0 = (2 * box[:, 0] + reduce) // (2 * reduce), (2 * box[:, 1] + reduce) // (2 * reduce)
     t1 = np.minimum(rh, (2 * (box[:, 0] + box[:, 2]) + reduce) // (2 * reduce))
     l1 = np.minimum(rw, (2 * (box[:, 1] + box[:, 3]) + reduce) // (2 * reduce))
@@ -100,7 +100,7 @@ def reduce_views(p: ViewParams, hw: tuple[int, int], size: int, cell: int = 0) -
     for r in REDUCTIONS[-2::-1]:  # 2, 4, 8: the largest reduction that still covers wins
         covers = (_reduced_boxes(p.box, np.full(len(p.box), r), hw)[:, 2:] >= size).all(axis=1)
         per_view[covers] = r
-    cap = next((r for r in REDUCTIONS if min(reduced_hw(hw, r)) >= cell), 1)
+    cap = largest_reduction(hw, cell)
     frame_cap = np.full(len(p.frames), REDUCTIONS[0], dtype=np.int64)
     frame_cap[own_windows(p)] = cap
     while True:  # views sharing frames (directly or through other views) end with one reduction
