@@ -12,8 +12,10 @@ three data paths, and the GPU JPEG decoder. Run on a CUDA machine: ``python benc
    NVML utilisation sampled every 100 ms over the same steps. The page cache is dropped before each run
    when this process may do so (root in a VM), so shards are read from disk.
 3. **Decode**: the loader alone, batches consumed by ``to_model`` on the GPU (no network): clips/s and CPU
-   cores used (the workers' and this process's CPU time over wall time), CPU decode (``device``) against GPU
-   decode (``gpu-decode``).
+   cores used (the workers' and this process's CPU time over wall time) for augmentation in the workers
+   (``workers``), CPU decode with augmentation on the GPU (``device``) and GPU decode (``gpu-decode``), the
+   workers' shared batch buffers recycled (``pipeline.BufferRing``, on with pin_memory) or fresh per batch (before).
+   ``--repeats 3 --warm``: medians of interleaved runs with the page cache kept (what the README's table used).
 
 Dataset: ``moquad synth`` videos rendered at 128 px (``--videos``, 64 frames, types family) written with
 ``tests/fixtures.write_frames`` (no ffmpeg needed), plus the real clips of ../shared/data (their
@@ -194,14 +196,19 @@ def pretrain_run(data: Path, run: Path, mode: str, workers: int, batch: int, epo
 # ---------------------------------------------------------------- 3. decode
 
 
-def loader_throughput(data: Path, mode: str, workers: int, batch: int, batches: int) -> dict:
-    """The loader alone feeding ``to_model`` on the GPU: clips/s and CPU cores used."""
-    cfg = LoaderConfig(frames=16, size=112, workers=workers, augment_on_device=True,
+def loader_throughput(data: Path, mode: str, workers: int, batch: int, batches: int, recycle: bool = True,
+                      drop: bool = True) -> dict:
+    """The loader alone feeding ``to_model`` on the GPU: clips/s and CPU cores used; ``recycle``: the workers reuse
+    their shared batch buffers (pipeline.BufferRing, on with pin_memory) or make fresh ones (before); ``drop``: the
+    page cache dropped first (shards read from disk)."""
+    cfg = LoaderConfig(frames=16, size=112, workers=workers, augment_on_device=mode != "workers",
                        decode_on_device=mode == "gpu-decode")
-    drop_page_cache()
+    if drop:
+        drop_page_cache()
     self0, child0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     t0, n = time.time(), 0
-    for i, b in enumerate(make_loader(data, cfg, batch_size=batch, num_batches=batches, pin_memory=True)):
+    for i, b in enumerate(make_loader(data, cfg, batch_size=batch, num_batches=batches, pin_memory=True,
+                                      recycle=recycle)):
         to_model(b, "cuda", 112)
         if i == 1:  # after the workers' start-up
             torch.cuda.synchronize()
@@ -214,7 +221,26 @@ def loader_throughput(data: Path, mode: str, workers: int, batch: int, batches: 
     s1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (s1.ru_utime + s1.ru_stime - self0.ru_utime - self0.ru_stime
            + c1.ru_utime + c1.ru_stime - child0.ru_utime - child0.ru_stime)
-    return {"mode": mode, "workers": workers, "clips_per_s": 4 * n / wall, "cpu_cores": cpu / wall}
+    return {"mode": mode, "workers": workers, "recycle": recycle, "clips_per_s": 4 * n / wall, "cpu_cores": cpu / wall}
+
+
+DECODE_ROWS = (("workers", 2, False), ("workers", 2, True), ("workers", 8, False), ("workers", 8, True),
+               ("device", 2, False), ("device", 2, True), ("device", 8, True), ("gpu-decode", 1, True),
+               ("gpu-decode", 2, True))  # (data path, workers, recycled buffers)
+
+
+def decode_rows(data: Path, repeats: int, drop: bool) -> list[dict]:
+    """:data:`DECODE_ROWS`, interleaved over ``repeats`` (every other repeat in reverse order), medians per row."""
+    if not drop:
+        loader_throughput(data, "workers", 2, 32, 10, drop=False)  # the shards into the page cache
+    runs: dict[tuple, list[dict]] = {r: [] for r in DECODE_ROWS}
+    for rep in range(repeats):
+        for row in DECODE_ROWS if rep % 2 == 0 else DECODE_ROWS[::-1]:
+            runs[row].append(loader_throughput(data, *row[:2], 32, 40, row[2], drop))
+            print(runs[row][-1], flush=True)
+    return [{**v[0], **{k: statistics.median(x[k] for x in v) for k in ("clips_per_s", "cpu_cores")},
+             "clips_per_cpu_s": statistics.median(x["clips_per_s"] / x["cpu_cores"] for x in v), "repeats": len(v)}
+            for v in runs.values()]
 
 
 def main() -> None:
@@ -226,6 +252,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--skip", default="", help="comma list of sections to skip: step,e2e,decode")
+    ap.add_argument("--e2e-modes", default=",".join(MODES), help="comma list of the end-to-end data paths to run")
+    ap.add_argument("--repeats", type=int, default=1, help="decode rows: interleaved repeats (medians)")
+    ap.add_argument("--warm", action="store_true", help="decode rows: keep the page cache (CPU, not disk)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     skip = set(args.skip.split(","))
@@ -235,13 +264,10 @@ def main() -> None:
         result["step"] = step_table(args.steps)
     data = build_dataset(Path(args.data), args.videos, 64, 128, Path(args.real) if args.real else None, 16)
     if "decode" not in skip:
-        result["decode"] = [loader_throughput(data, m, w, 32, 40) for m, w in
-                            (("device", 2), ("gpu-decode", 1), ("gpu-decode", 2), ("device", 8))]
-        for r in result["decode"]:
-            print(r, flush=True)
+        result["decode"] = decode_rows(data, args.repeats, not args.warm)
     if "e2e" not in skip:
         result["e2e"] = [pretrain_run(data, Path(f"/tmp/moquad_gpu_runs/{m}"), m, args.workers, 32, args.epochs)
-                         for m in MODES]
+                         for m in args.e2e_modes.split(",")]
         for r in result["e2e"]:
             print(r, flush=True)
     print_tables(result)
@@ -264,9 +290,12 @@ def print_tables(r: dict) -> None:
                 continue
             print(f"| {e['mode']} | {e['clips_per_s']:.0f} | {e['gpu_busy']:.0f} | {e['data_wait']:.3f} | {e['steps']} |")
     if "decode" in r:
-        print("\n| loader -> to_model only | workers | clips/s | CPU cores used |\n|---|---:|---:|---:|")
+        print("\n| loader -> to_model only | workers | worker buffers | clips/s | CPU cores used | clips per CPU s |\n"
+              "|---|---:|---|---:|---:|---:|")
         for d in r["decode"]:
-            print(f"| {d['mode']} | {d['workers']} | {d['clips_per_s']:.0f} | {d['cpu_cores']:.2f} |")
+            bufs = "recycled" if d.get("recycle", True) else "fresh"
+            print(f"| {d['mode']} | {d['workers']} | {bufs} | {d['clips_per_s']:.0f} | {d['cpu_cores']:.2f} | "
+                  f"{d['clips_per_s'] / d['cpu_cores']:.0f} |")
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ import torch
 from moquad.config import LoaderConfig, PreprocessConfig
 from moquad.data.augment import apply_views
 from moquad.data.pipeline import make_loader
-from moquad.data.store import Split, decode_jpeg
+from moquad.data.store import Split, decode_jpeg, reduced_hw
 
 clock = time.process_time  # CPU seconds of this process: what one dedicated worker core would take
 
@@ -226,6 +226,55 @@ def loader_rows(data: Path, cfg: LoaderConfig, split: Split, sources: dict[str, 
     return rate, frames_per_quad
 
 
+WORKER_ROWS = ("1 worker, fresh shared buffers", "1 worker, recycled buffers (pin_memory: CUDA runs)",
+               "1 worker, augment on device, fresh shared buffers", "1 worker, augment on device, recycled buffers")
+
+
+def _task_cpu(pid: int) -> float:
+    """CPU seconds of every thread of process ``pid`` so far (/proc schedstat: nanoseconds, not 10 ms ticks)."""
+    return sum(int((t / "schedstat").read_text().split()[0]) for t in Path(f"/proc/{pid}/task").iterdir()) / 1e9
+
+
+def worker_rows(data: Path, cfg: LoaderConfig, repeats: int) -> dict[str, list[float]]:
+    """Quadruples per CPU second of a real DataLoader worker (the trainer's RunLoader, one kept worker, batches
+    copied out as they arrive, as pin_memory does), with fresh shared buffers per batch and recycled ones
+    (pipeline.BufferRing): the cost the rows above leave out. CPU of the worker process only."""
+    from moquad.data.pipeline import RunLoader
+
+    rate: dict[str, list[float]] = {k: [] for k in WORKER_ROWS}
+    paths = [(name, dataclasses.replace(cfg, workers=1, augment_on_device=dev), recycle)
+             for name, (dev, recycle) in zip(WORKER_ROWS, ((False, False), (False, True), (True, False), (True, True)))]
+    runs = {name: RunLoader(data, c, batch_size=BATCH, recycle=recycle) for name, c, recycle in paths}
+    key = {False: "views", True: "raw"}
+    for rep in range(-1, repeats):  # epoch -1: warm-up (workers start, first page faults)
+        for name, c, recycle in paths:
+            run, n = runs[name], 0
+            loader = make_loader(run, c, batch_size=BATCH, epoch=rep + 1, recycle=recycle)
+            it = iter(loader)
+            pid = it._workers[0].pid
+            before = _task_cpu(pid)
+            for b in it:
+                b[key[c.augment_on_device]].clone()  # what pin_memory does: the batch copied out as it arrives
+                n += len(b["video_id"])
+            if rep >= 0:
+                rate[name].append(n / (_task_cpu(pid) - before))
+    for run in runs.values():
+        run.close()
+    return rate
+
+
+def print_workers(rate: dict[str, list[float]], bound: float, repeats: int) -> None:
+    med = {k: statistics.median(v) for k, v in rate.items()}
+    print(f"\nA real DataLoader worker (kept across epochs, as the trainer runs it; batches copied out as they arrive, as "
+          f"pin_memory does): quadruples per CPU second of the worker process, median of {repeats} epochs\n")
+    print(f"| {'path':<52} | {'quadruples/s':>12} | {'vs decode bound':>15} |")
+    print(f"|{'-' * 54}|{'-' * 14}|{'-' * 17}|")
+    for name in WORKER_ROWS:
+        print(f"| {name:<52} | {med[name]:>12.1f} | {med[name] / bound:>14.2f}x |")
+    print(f"\nrecycled vs fresh buffers: {med[WORKER_ROWS[1]] / med[WORKER_ROWS[0]]:.2f}x (augmentation in the worker), "
+          f"{med[WORKER_ROWS[3]] / med[WORKER_ROWS[2]]:.2f}x (augment on device)")
+
+
 SCALED_ROWS = ("shards, scaled decode (default)", "shards, full-size decode (scaled_decode=False)",
                "augment on device (worker side), scaled", "augment on device (worker side), full-size",
                "decode bound, full size", "decode bound, scaled (the loader's reductions)",
@@ -272,6 +321,59 @@ def print_scaled(rate: dict[str, list[float]], reductions: list[int], split: Spl
           f"{med[SCALED_ROWS[0]] / med[SCALED_ROWS[1]]:.2f}x. Cost: crops decoded at 1/r have their edges on the "
           "nearest reduced pixel (<= r/2 source pixels); against full decode + resize of that box the clips "
           "differ by the PSNR tests/test_scaled_decode.py states; bytes read are unchanged.")
+
+
+DECODES = {  # what libjpeg-turbo (simplejpeg) can be asked to do with one frame: where a decode's time goes
+    "full size, RGB (the decode bound's)": {"colorspace": "RGB"},
+    "1/2 (DCT scaling)": {"colorspace": "RGB", "reduce": 2},  # store.decode_jpeg's arguments (min_height, ...)
+    "1/4": {"colorspace": "RGB", "reduce": 4},
+    "1/8": {"colorspace": "RGB", "reduce": 8},
+    "luma only (no chroma IDCT, upsampling or colour conversion)": {"colorspace": "GRAY"},
+    "fast IDCT + fast upsampling (less exact)": {"colorspace": "RGB", "fastdct": True, "fastupsample": True},
+}
+
+
+def decode_table(splits: dict[str, Split], repeats: int, frames: int = 200) -> dict[str, dict[str, float]]:
+    """Microseconds per frame of each :data:`DECODES` variant on ``frames`` frames of each split (payloads in memory,
+    CPU time, best of ``repeats``): how much of a decode each option leaves. Entropy (Huffman) decoding is the part
+    no option skips."""
+    import simplejpeg
+
+    out: dict[str, dict[str, float]] = {}
+    for label, split in splits.items():
+        jpegs = []
+        for i in range(len(split)):
+            payload, fo = split.payload(i, verify=False), split.frame_offsets(i)
+            jpegs += [bytes(payload[fo[f] : fo[f + 1]]) for f in range(0, len(fo) - 1, 7)]
+        jpegs = jpegs[:frames]
+        out[label] = {}
+        hw = (int(split.height[0]), int(split.width[0]))
+        for name, kw in DECODES.items():
+            kw = dict(kw)
+            if "reduce" in kw:
+                h, w = reduced_hw(hw, kw["reduce"])
+                kw.update(min_height=h, min_width=w, min_factor=kw.pop("reduce"))
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = clock()
+                for j in jpegs:
+                    simplejpeg.decode_jpeg(j, **kw)
+                best = min(best, clock() - t0)
+            out[label][name] = 1e6 * best / len(jpegs)
+        out[label]["bytes per frame"] = float(np.mean([len(j) for j in jpegs]))
+    return out
+
+
+def print_decode(res: dict[str, dict[str, float]]) -> None:
+    labels = list(res)
+    print("\nOne JPEG frame, libjpeg-turbo through simplejpeg (CPU us per frame, best of the repeats; speed-up vs full "
+          "size): entropy decoding is what no option skips\n")
+    print("| decode | " + " | ".join(f"{k} us | vs full" for k in labels) + " |")
+    print("|---|" + "---:|---:|" * len(labels))
+    for name in DECODES:
+        cells = " | ".join(f"{res[k][name]:.1f} | {res[k][next(iter(DECODES))] / res[k][name]:.2f}x" for k in labels)
+        print(f"| {name} | {cells} |")
+    print("| bytes per frame | " + " | ".join(f"{res[k]['bytes per frame']:.0f} | " for k in labels) + " |")
 
 
 LATENCIES = (0.0, 0.02, 0.05)  # seconds added per request (the latency rows)
@@ -443,6 +545,8 @@ def main(argv: list[str] | None = None) -> dict:
         rate, frames_per_quad = loader_rows(data, cfg, split, sources, args.repeats)
         print_main(rate, frames_per_quad, split, args)
         result.update(quads_per_s={k: statistics.median(v) for k, v in rate.items()}, all=rate)
+        result["workers"] = worker_rows(data, cfg, args.repeats)
+        print_workers(result["workers"], statistics.median(rate["decode bound"]), args.repeats)
         if args.rows != "main":
             result["bytes"] = bytes_table(data, cfg, split)
             print_bytes(result["bytes"])
@@ -451,6 +555,9 @@ def main(argv: list[str] | None = None) -> dict:
         big_split = Split(big, "train")
         result["scaled"], reductions = scaled_rows(big, cfg, big_split, args.repeats)
         print_scaled(result["scaled"], reductions, big_split, args.repeats)
+        sides = {"128-px frames (the loader table's)": Split(data, "train"), "256-px frames": big_split}
+        result["decode"] = decode_table(sides, max(3, args.repeats))
+        print_decode(result["decode"])
     if args.rows in ("all", "s3"):
         small = build_dataset(Path(args.cache), shard_size=1_000_000, name="shards40s")  # moto reads a whole object
         result["s3"] = s3_table(small, cfg, args.repeats)                                # per ranged GET: small shards

@@ -4,8 +4,8 @@ One place turns a location into bytes: :func:`read_range` (a sample = ONE ranged
 :func:`read_all` (``dataset.json``, manifests), :func:`size` (:func:`sizes`: many at once), :func:`listdir`,
 plus :func:`upload` for ``moquad preprocess --out s3://...``. Object stores go through pyarrow's filesystems (pyarrow is
 already a dependency, and its S3/GCS clients read credentials from the standard chain: environment,
-``~/.aws``, instance roles; ``AWS_ENDPOINT_URL`` points at another S3-API server). http(s) is read-only
-through urllib. Nothing here logs or stores a credential.
+``~/.aws``, instance roles; ``AWS_ENDPOINT_URL`` points at another S3-API server). http(s) is read-only,
+through http.client on kept-alive connections (one per thread and server). Nothing here logs or stores a credential.
 
 Failures a retry can cure (throttling, 5xx, timeouts, dropped connections, a body cut short: :class:`ShortBody`)
 are retried with exponential backoff and jitter; each retry is logged and counted in :data:`STATS`. What stays
@@ -25,6 +25,7 @@ import random
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
@@ -41,12 +42,13 @@ Location = str | Path
 T = TypeVar("T")
 SCHEMES = ("s3", "gs", "gcs", "http", "https")
 ATTEMPTS = 6  # tries per request; backoff 0.1, 0.2, 0.4, 0.8, 1.6 s (+ jitter)
-THREADS = 32  # concurrent requests per process: a batch's payloads, the next batch's and the RAD donors in one wave
+THREADS = 64  # concurrent requests per process: a batch's payloads and RAD donors, and the next batch's, in one wave
 STATS = {"requests": 0, "retries": 0, "bytes": 0}  # this process's counts (each DataLoader worker has its own)
 _NOT_RETRIED = ("ACCESS_DENIED", "AccessDenied", "NO_SUCH_BUCKET", "InvalidAccessKeyId", "SignatureDoesNotMatch",
                "past end of file")
 _lock = threading.Lock()
 _cache: dict[Any, Any] = {}  # (pid, kind, key) -> filesystem / open file; rebuilt after fork
+_local = threading.local()  # this thread's open http(s) connections, {(pid, scheme, host): connection}
 
 
 class ShortBody(ConnectionError):
@@ -66,9 +68,14 @@ def join(base: Location, *parts: str) -> Location:
 
 
 def reset() -> None:
-    """Forget this process's clients and open files (after the store's objects or endpoint changed)."""
+    """Forget this process's clients, open files and this thread's http(s) connections (after the store's objects,
+    endpoint or proxy settings changed; the request threads are made anew with the pool)."""
     with _lock:
         _cache.clear()
+    for (pid, *_), conn in getattr(_local, "conns", {}).items():
+        if pid == os.getpid():
+            conn.close()
+    _local.conns = {}
 
 
 def local_or(loc: Location, name: str) -> Path:
@@ -156,28 +163,97 @@ def with_retries(what: str, fn: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
-def _http(url: str, offset: int | None = None, size: int | None = None, method: str = "GET") -> Any:
-    req = urllib.request.Request(url, method=method)
-    if offset is not None and size is not None:
-        req.add_header("Range", f"bytes={offset}-{offset + size - 1}")
-    try:
-        return urllib.request.urlopen(req, timeout=60)  # noqa: S310 - the user's own dataset URL
-    except urllib.error.HTTPError as e:
-        if e.code in (401, 403):
-            raise MoquadError(f"access denied (HTTP {e.code}) for {url}; check the URL and that the server lets "
-                              "you read it") from None
-        raise
+_REDIRECTS = (301, 302, 303, 307, 308)
 
 
-def _body(r: Any, url: str, want: int | None = None) -> bytes:
-    """The whole body of response ``r``: its declared length (or ``want`` bytes), else :class:`ShortBody`."""
+def _connection(u: Any, fresh: bool = False) -> http.client.HTTPConnection:
+    """This thread's kept-alive connection to ``u``'s server (a proxy's, when the environment names one for it),
+    made on first use or when ``fresh``. Keyed by process too: a forked worker never uses its parent's sockets."""
+    conns = getattr(_local, "conns", None)
+    if conns is None:
+        conns = _local.conns = {}
+    key = (os.getpid(), u.scheme, u.netloc)
+    if key in conns and not fresh:
+        return conns[key]
+    for k in [k for k in conns if k[0] != key[0] or k == key]:  # a parent's (never closed here: not ours) or stale
+        old = conns.pop(k)
+        if k[0] == key[0]:
+            old.close()
+    proxy = urllib.request.getproxies().get(u.scheme)
+    if proxy and urllib.request.proxy_bypass(u.hostname or ""):
+        proxy = None
+    target = urlsplit(proxy if proxy and "://" in proxy else f"http://{proxy}") if proxy else u
+    if u.scheme == "https":
+        conn = http.client.HTTPSConnection(target.hostname, target.port, timeout=60)
+        if proxy:
+            conn.set_tunnel(u.hostname, u.port)
+    else:
+        conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+    conn.absolute = bool(proxy) and u.scheme == "http"  # a plain http proxy is sent the whole URL
+    conns[key] = conn
+    return conn
+
+
+def _exchange(url: str, method: str, headers: dict[str, str]) -> tuple[int, Any, bytes]:
+    """One request on this thread's kept-alive connection -> (status, headers, whole body; b"" for HEAD). A kept
+    connection the server closed while idle is replaced once, at no retry's cost; any other failure drops the
+    connection (its state is unknown) and is raised for :func:`with_retries`."""
+    u = urlsplit(url)
+    for fresh in (False, True):
+        conns = getattr(_local, "conns", {})
+        reused = not fresh and (os.getpid(), u.scheme, u.netloc) in conns
+        conn = _connection(u, fresh)
+        path = url if conn.absolute else (u.path or "/") + (f"?{u.query}" if u.query else "")
+        try:
+            conn.request(method, path, headers=headers)
+            r = conn.getresponse()
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            conn.close()
+            if reused:
+                continue  # the server had closed the idle connection: once more on a new one
+            raise
+        except BaseException:
+            conn.close()
+            raise
+        if r.status == 200 and "Range" in headers:  # the whole object instead of the range: not read (the caller
+            conn.close()  # stops the run), the connection dropped mid-body
+            return r.status, r.headers, b""
+        try:
+            body = _body(r, url)
+        except BaseException:
+            conn.close()
+            raise
+        if r.will_close:
+            conn.close()
+        return r.status, r.headers, body
+    raise AssertionError("unreachable")
+
+
+def _http(url: str, offset: int | None = None, size: int | None = None, method: str = "GET") -> tuple[int, Any, bytes]:
+    """(status, headers, body) of a GET (ranged when ``offset`` and ``size`` are given) or HEAD of ``url``, over
+    kept-alive connections (one TCP and TLS set-up per thread and server, not per request); redirects followed. An
+    error status raises ``urllib.error.HTTPError`` (a 401/403: :class:`MoquadError`, one line)."""
+    headers = {"Range": f"bytes={offset}-{offset + size - 1}"} if offset is not None and size is not None else {}
+    for _ in range(5):
+        status, hdrs, body = _exchange(url, method, headers)
+        if status not in _REDIRECTS or "Location" not in hdrs:
+            break
+        url = urllib.parse.urljoin(url, hdrs["Location"])
+    if status in (401, 403):
+        raise MoquadError(f"access denied (HTTP {status}) for {url}; check the URL and that the server lets "
+                          "you read it")
+    if status >= 400:
+        raise urllib.error.HTTPError(url, status, http.client.responses.get(status, ""), hdrs, None)
+    return status, hdrs, body
+
+
+def _body(r: Any, url: str) -> bytes:
+    """The whole body of response ``r`` (its declared length), else :class:`ShortBody`."""
     try:
         data = r.read()
     except http.client.IncompleteRead as e:  # not an OSError: it would escape the retries and the bad-sample path
         raise ShortBody(f"{url}: the response ended after {len(e.partial)} bytes, "
                         f"{e.expected} more were expected") from None
-    if want is not None and len(data) != want:
-        raise ShortBody(f"{url}: {len(data)} bytes in the response, {want} asked for")
     return data
 
 
@@ -192,12 +268,14 @@ def read_range(loc: Location, offset: int, size: int) -> bytes:
 
     def get() -> bytes:
         if urlsplit(url).scheme in ("http", "https"):
-            with _http(url, offset, size) as r:
-                if r.status != 206:
-                    raise MoquadError(f"{url} answered a ranged GET with HTTP {r.status} and the whole object, not "
-                                      "206 and the range: every sample would download its whole shard; serve the "
-                                      "dataset with a server that honours Range (nginx, any object store)")
-                return _body(r, url, size)
+            status, _, body = _http(url, offset, size)
+            if status != 206:
+                raise MoquadError(f"{url} answered a ranged GET with HTTP {status} and the whole object, not "
+                                  "206 and the range: every sample would download its whole shard; serve the "
+                                  "dataset with a server that honours Range (nginx, any object store)")
+            if len(body) != size:
+                raise ShortBody(f"{url}: {len(body)} bytes in the response, {size} asked for")
+            return body
         fs, path = _split(url)
         f = _cached(("file", url), lambda: fs.open_input_file(path))  # its HEAD happens once per process
         return f.read_at(size, offset)
@@ -237,8 +315,7 @@ def read_all(loc: Location) -> bytes:
     def get() -> bytes:
         if urlsplit(url).scheme in ("http", "https"):
             try:
-                with _http(url) as r:
-                    return _body(r, url)
+                return _http(url)[2]
             except urllib.error.HTTPError as e:
                 if e.code == 404:
                     raise FileNotFoundError(url) from None
@@ -261,8 +338,8 @@ def size(loc: Location) -> int | None:
     url = str(loc)
     if urlsplit(url).scheme in ("http", "https"):
         try:
-            with with_retries(f"head {url}", lambda: _http(url, method="HEAD")) as r:
-                return int(r.headers.get("Content-Length", 0))
+            _, headers, _ = with_retries(f"head {url}", lambda: _http(url, method="HEAD"))
+            return int(headers.get("Content-Length", 0))
         except urllib.error.HTTPError as e:
             if e.code in (404, 410):
                 return None

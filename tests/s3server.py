@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 SECRET = "moquad-test-secret-Zq8"  # must never show up in a run folder
 
@@ -182,12 +183,34 @@ def s3_server(bucket: str = "bkt") -> Iterator[FaultProxy]:
 
 
 class _FileHandler(SimpleHTTPRequestHandler):
-    """A static file server that honours a single ``Range`` (206), unlike Python's own, with faults to order:
-    ``server.mode`` "ignore-range" (200 and the whole file, as a server without Range support answers),
-    "forbid" (403 to everything); ``server.truncate`` = n: the next n ranged replies stop at half their body."""
+    """A static HTTP/1.1 file server (connections kept alive) that honours a single ``Range`` (206), unlike Python's
+    own, with faults to order: ``server.mode`` "ignore-range" (200 and the whole file, as a server without Range
+    support answers), "forbid" (403 to everything), "close-idle" (each connection closed after one reply without
+    saying so, as a server closes idle kept-alive connections); ``server.truncate`` = n: the next n ranged replies
+    stop at half their body. ``server.connections`` counts the TCP connections accepted, ``server.absolute`` the
+    requests that named a whole URL (as a client sends them to a proxy: this server then acts as one)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.lock:
+            self.server.connections += 1
 
     def log_message(self, *args: object) -> None:
         pass
+
+    def translate_path(self, path: str) -> str:  # a proxy's request names the whole URL (absolute form)
+        if "://" in path:
+            with self.server.lock:
+                self.server.absolute += 1
+            path = urlsplit(path).path
+        return super().translate_path(path)
+
+    def end_headers(self) -> None:
+        super().end_headers()
+        if self.server.mode == "close-idle":
+            self.close_connection = True  # no "Connection: close" sent: the client believes it is kept
 
     def send_head(self):  # noqa: ANN201 - http.server's own signature
         srv, rng = self.server, self.headers.get("Range")
@@ -219,7 +242,7 @@ def http_server(directory: str | os.PathLike) -> Iterator[ThreadingHTTPServer]:
     """``directory`` served over http:// on 127.0.0.1 by :class:`_FileHandler`; ``srv.url`` is its root."""
     srv = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_FileHandler, directory=str(directory)))
     srv.daemon_threads = True
-    srv.mode, srv.truncate, srv.lock = "ok", 0, threading.Lock()
+    srv.mode, srv.truncate, srv.lock, srv.connections, srv.absolute = "ok", 0, threading.Lock(), 0, 0
     srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:

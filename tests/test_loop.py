@@ -33,7 +33,7 @@ def view_names(cfg, mode="moquad") -> tuple[str, ...]:
 
 
 def fake_loader(data_dir, cfg, *, split="train", batch_size, epoch=0, rank=0, world_size=1, start=0,
-                num_batches=None, pin_memory=False, mode="moquad"):
+                num_batches=None, pin_memory=False, recycle=None, mode="moquad"):
     """Random uint8 views, deterministic per (seed, epoch, rank, batch) like the real loader."""
     names = view_names(cfg, mode)
     for i in range(start, num_batches):

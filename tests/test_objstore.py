@@ -135,7 +135,7 @@ def test_a_forked_worker_does_not_wait_for_reads_its_parent_started(s3, coded):
     queue = ctx.Queue()
     s3.latency = 1.0
     try:
-        split.prefetch([0, 1])  # in flight here for ~1 s
+        split.prefetch(([0, 1], []))  # in flight here for ~1 s
         child = ctx.Process(target=_payload_size, args=(split, queue))
         child.start()
         child.join(60)
@@ -319,6 +319,57 @@ def test_a_truncated_http_body_is_retried_then_a_bad_sample(coded, monkeypatch):
         with pytest.raises(store.BadSample, match="unreadable after retries: .* the response ended after"):
             remote.payload(5)
         assert srv.truncate == 0 and remote.payload(5) == ref.payload(5)
+
+
+def _read_in_child(url: str, size: int, q) -> None:  # noqa: ANN001 - a multiprocessing queue
+    q.put(objstore.read_range(url, 0, size))
+
+
+def test_http_connections_are_kept_alive_replaced_when_closed_and_never_shared_with_a_fork(coded):
+    """One TCP connection per thread and server for every request (no TCP/TLS set-up per sample); a kept connection
+    the server closed while idle is replaced at once (no retry counted); a forked child opens its own."""
+    import multiprocessing
+
+    local, _ = coded
+    ref = store.Split(local)
+    with http_server(local.parent) as srv:
+        objstore.reset()
+        before = srv.connections
+        remote = store.Split(f"{srv.url}/{local.name}")  # its manifest read opens this thread's connection
+        assert [remote.payload(i) for i in range(len(ref))] == [ref.payload(i) for i in range(len(ref))]
+        assert remote.frame_bytes(1, 2) == ref.frame_bytes(1, 2)
+        assert srv.connections - before == 1  # this thread's one connection served every request, manifest included
+        srv.mode, retries = "close-idle", objstore.STATS["retries"]
+        for i in range(3):  # each reply closes the connection without saying so: the next request meets it closed
+            assert remote.payload(i) == ref.payload(i)
+        assert objstore.STATS["retries"] == retries and srv.connections - before == 3  # 2 replaced
+        srv.mode = "ok"
+        url, size = str(remote.shard_path(0)), int(ref.size[0])
+        parent = objstore.read_range(url, 0, size)  # the last reply closed the kept one: a new one (the 4th), kept
+        q = multiprocessing.get_context("fork").Queue()
+        child = multiprocessing.get_context("fork").Process(target=_read_in_child, args=(url, size, q))
+        child.start()
+        got = q.get(timeout=60)
+        child.join(60)
+        assert child.exitcode == 0 and got == parent == objstore.read_range(url, 0, size)
+        assert srv.connections - before == 5  # the child's own (the 5th); the parent's kept one served it again
+
+
+def test_http_goes_through_the_proxy_the_environment_names(coded, monkeypatch):
+    """``http_proxy`` (as urllib honoured it before): the request goes to the proxy, naming the whole URL, here for a
+    host nobody could resolve; ``no_proxy`` sends it direct again."""
+    local, _ = coded
+    with http_server(local.parent) as srv:
+        monkeypatch.setenv("http_proxy", srv.url)
+        monkeypatch.delenv("no_proxy", raising=False)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        objstore.reset()
+        url = f"http://dataset.invalid/{local.name}/dataset.json"
+        assert objstore.read_all(url) == (local / "dataset.json").read_bytes() and srv.absolute == 1
+        monkeypatch.setenv("no_proxy", "127.0.0.1")
+        objstore.reset()
+        assert objstore.read_all(f"{srv.url}/{local.name}/dataset.json") == (local / "dataset.json").read_bytes()
+        assert srv.absolute == 1  # direct: the path only
 
 
 def test_sizes_of_many_objects_take_about_one_round_trip(coded):

@@ -398,3 +398,43 @@ def test_augment_on_device_in_worker_processes(data):
                     codes = [decode_code(out[b, v, t].mean(dim=(0, 1)).numpy()) for t in range(cfg.frames)]
                     assert codes == [(video, int(i)) for i in info["indices"][v]]
 
+
+
+@pytest.mark.parametrize("device_side", [False, True])
+def test_recycled_worker_buffers_give_the_same_batches(data, device_side):
+    """``recycle`` (on with pin_memory): each worker reuses its shared batch buffers every PREFETCH + 1 batches. A
+    consumer that copies every batch out (as pin_memory does) gets, through three epochs of a run loader with 1 and
+    2 workers, exactly what fresh buffers give; and a worker really reuses them (its storages are the same ones)."""
+    from moquad.data.augment import to_model
+    from moquad.data.pipeline import PREFETCH, RunLoader
+
+    def copied(batch: dict) -> torch.Tensor:
+        return batch["raw"].clone() if device_side else batch["views"].clone()
+
+    base = dataclasses.replace(CFG, augment_on_device=device_side)
+    for workers in (1, 2):
+        cfg = dataclasses.replace(base, workers=workers)
+        run = RunLoader(data, cfg, batch_size=2, recycle=True)
+        for epoch in range(3):
+            got = [(copied(b), b) for b in make_loader(run, cfg, batch_size=2, epoch=epoch, recycle=True)]
+            ref = list(make_loader(data, base, batch_size=2, epoch=epoch))
+            assert [b["video_id"] for _, b in got] == [b["video_id"] for b in ref]
+            for (pixels, b), r in zip(got, ref):
+                if device_side:  # compare what is read: the views made from the frames (padding is never read)
+                    b = {**b, "raw": pixels}
+                    assert torch.equal(to_model(b, "cpu", cfg.size), to_model(r, "cpu", cfg.size))
+                else:
+                    assert torch.equal(pixels, r["views"])
+            if not device_side:  # kept (not copied) batches were overwritten: the buffers were reused
+                assert any(not torch.equal(pixels, b["views"]) for pixels, b in got)
+        run.close()
+    # the reuse itself, in this process: the same storage every PREFETCH + 1 batches, a bigger one when needed
+    from moquad.data.pipeline import BufferRing
+
+    ring, seen = BufferRing(), []
+    for _ in range(2 * (PREFETCH + 1)):
+        ring.next_batch()
+        seen.append(ring.storage("views", 1000).data_ptr())
+    assert seen[: PREFETCH + 1] == seen[PREFETCH + 1 :] and len(set(seen)) == PREFETCH + 1
+    ring.next_batch()
+    assert ring.storage("views", 5000).nbytes() >= 5000

@@ -57,19 +57,54 @@ from moquad.objstore import Location
 _STACKED = ("frame_index", "box", "flip", "colour_ops", "colour_factors", "lam")  # + the op's own params
 
 
-def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """Uninitialised tensor, in shared memory inside a DataLoader worker (no copy when it is sent)."""
+PREFETCH = 2  # batches each DataLoader worker works ahead (DataLoader's prefetch_factor)
+
+
+def _empty(shape: tuple[int, ...], dtype: torch.dtype, ring: BufferRing | None = None, name: str = "") -> torch.Tensor:
+    """Uninitialised tensor, in shared memory inside a DataLoader worker (no copy when it is sent): buffer ``name``
+    of ``ring`` when given (:class:`BufferRing`), else fresh."""
     if get_worker_info() is None:  # numpy's allocator reuses big blocks: no page faults per batch
         return torch.from_numpy(np.empty(shape, dtype=torch.empty((), dtype=dtype).numpy().dtype))
-    numel = int(np.prod(shape))
-    storage = torch.UntypedStorage._new_shared(numel * torch.empty((), dtype=dtype).element_size())
-    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
+    nbytes = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+    storage = ring.storage(name, nbytes) if ring is not None else torch.UntypedStorage._new_shared(nbytes)
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
 
-def _zeros(shape: tuple[int, ...]) -> torch.Tensor:
-    """uint8 zeros that cost nothing until written: a worker's fresh shared memory (zero filled), or calloc'd pages
-    in this process. Decoding then touches the frames' pages only, never the padding's."""
-    return _empty(shape, torch.uint8) if get_worker_info() is not None else torch.from_numpy(np.zeros(shape, np.uint8))
+def _zeros(shape: tuple[int, ...], ring: BufferRing | None = None) -> torch.Tensor:
+    """uint8 ``raw`` frames: a worker's shared memory (fresh: zero filled; from ``ring``: what an earlier batch left in
+    the padding), or calloc'd pages in this process. Decoding touches the frames' pages only; nothing reads the
+    padding (views read their boxes, inside their frames)."""
+    return _empty(shape, torch.uint8, ring, "raw") if get_worker_info() is not None else \
+        torch.from_numpy(np.zeros(shape, np.uint8))
+
+
+class BufferRing:
+    """A worker's shared-memory batch buffers, each reused every ``PREFETCH + 1`` batches instead of made anew.
+
+    A fresh shared buffer costs its allocation and a page fault per 4 kB page (zero filled by the kernel) on every
+    batch: 14 ms for the 19 MB of uint8 views of a batch of 8 quadruples on the 2-core box (~1.75 ms per quadruple,
+    15-20 % of a worker's time), 100 ms for a 134 MB ``raw`` batch at 256 px. Reuse is safe when the consumer copies
+    each batch out before it asks for the next: the DataLoader deals a worker's batches in turn and sends a worker
+    its batch n only after it has handed over that worker's batch n - PREFETCH, so the buffer of batch
+    n - PREFETCH - 1 is no longer read. ``pin_memory`` copies every batch into pinned memory as it arrives, so the
+    trainer on CUDA recycles; elsewhere a caller who keeps batches (or tensors of them) must not ask for it.
+    """
+
+    def __init__(self) -> None:
+        self.batch, self.buffers = -1, {}
+
+    def next_batch(self) -> None:
+        self.batch += 1
+
+    def storage(self, name: str, nbytes: int) -> torch.UntypedStorage:
+        """Shared storage of >= ``nbytes`` for buffer ``name`` of the current batch (the same one every PREFETCH + 1
+        batches; a batch that asks twice, e.g. decoding again after a bad sample, gets the same one)."""
+        key = (name, self.batch % (PREFETCH + 1))
+        old = self.buffers.get(key)
+        if old is None or old.nbytes() < nbytes:
+            self.buffers[key] = None  # freed before the bigger one is made
+            old = self.buffers[key] = torch.UntypedStorage._new_shared(nbytes)
+        return old
 
 
 def _decode_into(out: np.ndarray, payload: bytes, offsets: np.ndarray, frames: np.ndarray,
@@ -110,8 +145,9 @@ class EpochBatches(Dataset):
     """Map-style dataset whose item ``j`` is rank ``rank``'s whole batch ``j`` of the epoch."""
 
     def __init__(self, split: Split, cfg: LoaderConfig, plan: EpochPlan, epoch: int, rank: int, *,
-                 mode: str, end: int | None = None) -> None:
+                 mode: str, end: int | None = None, ring: BufferRing | None = None) -> None:
         self.split, self.cfg, self.plan, self.epoch, self.rank, self.mode = split, cfg, plan, epoch, rank, mode
+        self.ring = ring  # the worker's recycled shared buffers (BufferRing), or None: fresh ones
         self.end = plan.num_batches if end is None else end  # the loader's last batch + 1 (no reads past it)
         self.augment_on_device = cfg.augment_on_device or cfg.decode_on_device
         self.scaled = cfg.scaled_decode and not cfg.decode_on_device  # nvJPEG decodes full size
@@ -122,6 +158,8 @@ class EpochBatches(Dataset):
 
     def __getitem__(self, j: int) -> dict[str, Any]:
         cfg, split = self.cfg, self.split
+        if self.ring is not None:
+            self.ring.next_batch()
         rows = [int(i) for i in self.plan.batch(j, self.rank)]
         picks = self._donor_picks(j)
         self._start_reads(j, rows, picks)
@@ -145,9 +183,8 @@ class EpochBatches(Dataset):
             return
         worker = get_worker_info()
         after = j + (worker.num_workers if worker is not None else 1)
-        if after < self.end:
-            rows, picks = [*rows, *self.plan.batch(after, self.rank).tolist()], [*picks, *self._donor_picks(after)]
-        self.split.prefetch(rows, picks)
+        later = [(self.plan.batch(after, self.rank).tolist(), self._donor_picks(after))] if after < self.end else []
+        self.split.prefetch((rows, picks), *later)
 
     def _donor_picks(self, j: int) -> list[tuple[int, int]]:
         """Batch ``j``'s RAD donor frames (none when the views need none): enough videos for k*k distinct other
@@ -214,7 +251,7 @@ class EpochBatches(Dataset):
             ranges = [(payload, int(fo[f]), int(fo[f + 1])) for i, payload, p in drawn
                       for fo in [split.frame_offsets(i)] for f in p.frames.tolist()]
             ends = np.cumsum([0] + [int(b - a) for _, a, b in ranges])
-            flat = _empty((int(ends[-1]),), torch.uint8)
+            flat = _empty((int(ends[-1]),), torch.uint8, self.ring, "jpeg")
             dst = flat.numpy()
             for (payload, a, b), at in zip(ranges, ends[:-1]):  # one copy, straight into shared memory
                 dst[at : at + b - a] = np.frombuffer(payload, np.uint8, count=b - a, offset=a)
@@ -223,7 +260,7 @@ class EpochBatches(Dataset):
                     "hw": torch.from_numpy(np.stack([split.height[idx], split.width[idx]], 1))}
         hw = np.array([reduced_hw(self._hw(i), int(r.min())) for (i, _, _), r in zip(drawn, reduce)])  # largest
         shape = (max(len(d[2].frames) for d in drawn), int(hw[:, 0].max()), int(hw[:, 1].max()), 3)
-        raw = _zeros((len(drawn), *shape)) if self.augment_on_device else self._frame_buffer((len(drawn), *shape))
+        raw = _zeros((len(drawn), *shape), self.ring) if self.augment_on_device else self._frame_buffer((len(drawn), *shape))
         for pos, (i, payload, p) in enumerate(drawn):
             try:
                 _decode_into(raw.numpy()[pos], payload, split.frame_offsets(i), p.frames, self._hw(i), reduce[pos])
@@ -264,7 +301,7 @@ class EpochBatches(Dataset):
             out.update(batch)
         else:
             b, v, t = batch["frame_index"].shape
-            shared = _empty((b * v, t, cfg.size, cfg.size, 3), torch.uint8)
+            shared = _empty((b * v, t, cfg.size, cfg.size, 3), torch.uint8, self.ring, "views")
             views = apply_views(batch, cfg.size, quantize=True, out=shared)  # (B, V, T, S, S, 3) uint8
             out["views"] = views.permute(0, 1, 5, 2, 3, 4)  # (B, V, 3, T, S, S), channels-last memory
         out["info"] = [p.info for p in params]  # ~11 kB per K400 batch of 8: always sent (tests, benchmarks read it)
@@ -353,8 +390,9 @@ class _RunBatches(Dataset):
     """The dataset of a :class:`RunLoader`: item ``(epoch, j)`` is batch ``j`` of that epoch (its
     :class:`EpochBatches` built in the worker when the epoch changes: one permutation, milliseconds)."""
 
-    def __init__(self, split: Split, per_rank: int, world: int, rank: int) -> None:
+    def __init__(self, split: Split, per_rank: int, world: int, rank: int, recycle: bool) -> None:
         self.split, self.per_rank, self.world, self.rank = split, per_rank, world, rank
+        self.ring = BufferRing() if recycle else None  # one per worker (forked with it), kept across epochs
         self._current: tuple[_Epoch, EpochBatches] | None = None
 
     def __getitem__(self, key: tuple[_Epoch, int]) -> dict[str, Any]:
@@ -362,7 +400,7 @@ class _RunBatches(Dataset):
         if self._current is None or self._current[0] != spec:
             plan = EpochPlan(len(self.split), self.per_rank, self.world, spec.cfg.seed, spec.epoch)
             self._current = spec, EpochBatches(self.split, spec.cfg, plan, spec.epoch, self.rank, mode=spec.mode,
-                                               end=spec.end)
+                                               end=spec.end, ring=self.ring)
         return self._current[1][j]
 
 
@@ -385,12 +423,13 @@ class RunLoader:
     only tells the sampler which batches come next. Pass it as ``data_dir`` to :func:`make_loader`."""
 
     def __init__(self, data: Location | Split, cfg: LoaderConfig, *, split: str = "train", batch_size: int,
-                 rank: int = 0, world_size: int = 1, pin_memory: bool = False) -> None:
+                 rank: int = 0, world_size: int = 1, pin_memory: bool = False, recycle: bool | None = None) -> None:
         self.split = _open(data, cfg, split, rank, world_size)
         self.num_batches = EpochPlan(len(self.split), batch_size, world_size, cfg.seed, 0).num_batches
         self.batch_size, self.rank, self.world_size, self.pin_memory = batch_size, rank, world_size, pin_memory
         self.sampler = _Sampler()
-        ds = _RunBatches(self.split, batch_size, world_size, rank)
+        self.recycle = pin_memory if recycle is None else recycle
+        ds = _RunBatches(self.split, batch_size, world_size, rank, self.recycle)
         self.loader = _data_loader(ds, self.sampler, cfg.workers, pin_memory, persistent=cfg.workers > 0)
         atexit.register(_stop_workers, weakref.ref(self.loader))  # runs before multiprocessing's exit handler
 
@@ -434,7 +473,7 @@ def _check_start(start: int, total: int) -> None:
 def _data_loader(ds: Dataset, sampler: Any, workers: int, pin_memory: bool, persistent: bool) -> DataLoader:
     return DataLoader(ds, batch_size=None, sampler=sampler, collate_fn=_passthrough, num_workers=workers,
                       pin_memory=pin_memory, persistent_workers=persistent,
-                      prefetch_factor=2 if workers > 0 else None, worker_init_fn=ignore_preemption)
+                      prefetch_factor=PREFETCH if workers > 0 else None, worker_init_fn=ignore_preemption)
 
 
 def make_loader(
@@ -449,11 +488,14 @@ def make_loader(
     start: int = 0,
     num_batches: int | None = None,
     pin_memory: bool = False,
+    recycle: bool | None = None,
     mode: str = "moquad",
 ) -> DataLoader:
     """DataLoader of rank ``rank``'s batches ``start, start+1, ...`` of epoch ``epoch`` (module docstring).
 
-    ``mode`` picks the views (``views.MODES``; the trainer sets it per epoch).
+    ``mode`` picks the views (``views.MODES``; the trainer sets it per epoch). ``recycle`` (default: ``pin_memory``):
+    workers reuse their shared batch buffers (:class:`BufferRing`); only for a consumer that copies each batch out
+    before asking for the next.
     Batches: ``views`` uint8 (B, V, 3, T, H, W) (or, with ``augment_on_device``, ``raw`` frames and the
     view parameters for ``augment.to_model``; ``box`` in the pixels of the frames as decoded), ``view_names``, ``video_id``, ``index`` int64 (B,) (manifest
     row, the identity the losses mask by), ``label`` int64 (B,), ``lam`` float32 (B, V), ``bad`` (skipped
@@ -465,15 +507,18 @@ def make_loader(
     check_config(cfg, mode)
     if isinstance(data_dir, RunLoader):
         run = data_dir
-        if (batch_size, rank, world_size, pin_memory) != (run.batch_size, run.rank, run.world_size, run.pin_memory):
-            raise ValueError(f"make_loader got batch_size={batch_size}, rank={rank}, world_size={world_size}, "
-                             f"pin_memory={pin_memory}; its RunLoader was built with {run.batch_size}, {run.rank}, "
-                             f"{run.world_size}, {run.pin_memory}")
+        recycle = pin_memory if recycle is None else recycle
+        got, built = (batch_size, rank, world_size, pin_memory, recycle), \
+            (run.batch_size, run.rank, run.world_size, run.pin_memory, run.recycle)
+        if got != built:
+            raise ValueError(f"make_loader got (batch_size, rank, world_size, pin_memory, recycle) = {got}; its "
+                             f"RunLoader was built with {built}")
         total = run.num_batches if num_batches is None else min(num_batches, run.num_batches)
         return run.epoch(cfg, epoch, start, total, mode)
     data = _open(data_dir, cfg, split, rank, world_size)
     plan = EpochPlan(len(data), batch_size, world_size, cfg.seed, epoch)
     total = plan.num_batches if num_batches is None else min(num_batches, plan.num_batches)
     _check_start(start, total)
-    ds = EpochBatches(data, cfg, plan, epoch, rank, mode=mode, end=total)
+    ring = BufferRing() if (pin_memory if recycle is None else recycle) else None  # each worker forks its own
+    ds = EpochBatches(data, cfg, plan, epoch, rank, mode=mode, end=total, ring=ring)
     return _data_loader(ds, range(start, total), min(cfg.workers, total - start), pin_memory, persistent=False)

@@ -413,14 +413,16 @@ class Split:
             out[name] = listed[folder].get(base)
         return out
 
-    def prefetch(self, rows: Sequence[int], frames: Sequence[tuple[int, int]] = ()) -> None:
-        """On an object store, start reading the payloads of ``rows`` and the (video, frame) JPEGs ``frames`` in
-        the background, so their latencies overlap with each other and with the caller's work (the loader asks for
-        its batch and the next one); :meth:`payload` and :meth:`frame_bytes_many` take them. Reads asked for in
-        neither argument are dropped, so at most what one call names is held. Local files: nothing."""
+    def prefetch(self, *batches: tuple[Sequence[int], Sequence[tuple[int, int]]]) -> None:
+        """On an object store, start reading, per batch ``(rows, frames)``, the payloads of ``rows`` and the (video,
+        frame) JPEGs ``frames`` in the background, so their latencies overlap with each other and with the caller's
+        work (the loader asks for its batch and the next one); the first batch's requests go first, so the next
+        one's never delay it. :meth:`payload` and :meth:`frame_bytes_many` take them. Reads no batch names are
+        dropped, so at most what one call names is held. Local files: nothing."""
         if not objstore.is_url(self.data_dir):
             return  # a local pread is fast: read when used
-        wanted = dict.fromkeys([*(int(i) for i in rows), *((int(i), int(f)) for i, f in frames)])
+        wanted = dict.fromkeys(k for rows, frames in batches
+                               for k in [*(int(i) for i in rows), *((int(i), int(f)) for i, f in frames)])
         held = self._prefetched  # (objstore lets these finish before a fork: a forked worker inherits results)
         for k in [k for k in held if k not in wanted]:
             held.pop(k).cancel()

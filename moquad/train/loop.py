@@ -194,8 +194,10 @@ def _data_plan(cfg: PretrainConfig, info: dist.DistInfo) -> tuple[int, str, Call
     from moquad.data.pipeline import RunLoader
 
     world = info.world_size
+    # recycle: the workers reuse their shared batch buffers (pipeline.BufferRing); safe because every step is done
+    # with its batch (to_model makes new tensors: pinned copies, device copies, floats) before it asks for the next
     data = RunLoader(cfg.data, cfg.loader, split=cfg.split, batch_size=cfg.batch_size // world, rank=info.rank,
-                     world_size=world, pin_memory=info.device.type == "cuda")
+                     world_size=world, pin_memory=info.device.type == "cuda", recycle=True)
     split, spe = data.split, data.num_batches
     if cfg.steps_per_epoch:
         if cfg.steps_per_epoch > spe:
@@ -245,7 +247,7 @@ def train_one_epoch(t: Trainer, epoch: int) -> None:
     first = max(0, t.start - epoch * t.spe)
     loader = make_loader(t.data, lcfg, split=cfg.split, batch_size=cfg.batch_size // world, epoch=epoch,
                          rank=t.info.rank, world_size=world, start=first, num_batches=t.spe,
-                         pin_memory=device.type == "cuda", mode=mode)
+                         pin_memory=device.type == "cuda", recycle=True, mode=mode)
     from moquad.data.augment import to_model
 
     w = _Window(device, _bad_before(t, epoch, first))  # a mid-epoch resume goes on counting the epoch's skips
