@@ -19,9 +19,15 @@ each copied 8 times under different names (40 distinct files: preprocessing skip
 same file, so symlinks would leave 5 videos; batches of 8, exact epochs), 16-frame clips,
 112 crops, dilations {1, 2, 4}, batches of 8. Times are CPU seconds of this process (``--wall`` for
 wall clock); paths are interleaved over ``--repeats`` epochs and the table shows medians. Timed epochs drop
-each batch as it comes (the process reuses its memory, :func:`run_loader`); a real worker's batches are fresh
-shared memory instead, which these rows leave out (torch allocates it with posix_fallocate and the pages fault
-in: ~0.8 ms per MB on this VM, i.e. ~15 ms per batch of uint8 views, ~25 ms per 31 MB batch of ``raw``).
+each batch as it comes (the process reuses its memory, :func:`run_loader`); a real worker's batches travel in
+shared memory instead, which these rows leave out and the next table measures: ONE real DataLoader worker of the
+trainer's run loader (kept across epochs, each batch copied out as it arrives, as pin_memory does), its own CPU
+time, with fresh shared buffers per batch (before this round: allocated and faulted in page by page, ~0.7 ms per MB
+on this VM) and recycled ones (``pipeline.BufferRing``), for both worker paths.
+
+A table of what one JPEG decode costs (simplejpeg / libjpeg-turbo, full size, 1/2, 1/4, 1/8, luma only, the fast
+IDCT and upsampling) on the 128-px and 256-px frames shows where a decode's time goes: entropy decoding, which no
+option skips.
 
 The second table is the bytes the loader reads per epoch against the bytes of the videos it uses
 (payloads) plus the RAD donor frames, for 1 rank and for 8 simulated ranks (the number of workers does
@@ -48,8 +54,8 @@ request (the 0 ms row is the proxy's own cost). nginx is for the benchmark only:
 nginx-light`` (or ``nginx``); without it on PATH the nginx rows are skipped with a line saying so. "sent / read"
 is the sample bytes the server sent (the S3 proxy's count, nginx's access log) per byte the loader counted.
 Run: ``nice python benchmarks/bench_loader.py`` (``--rows local``: every table but the object-storage one, which
-needs moto (and nginx for its http rows); ``--rows main``: the first table only; ``--rows s3`` / ``--rows scaled``:
-the object-storage / reduced-size decoding table only).
+needs moto (and nginx for its http rows); ``--rows main``: the first table and the real worker's; ``--rows s3``:
+the object-storage table; ``--rows scaled``: the reduced-size decoding table and the one-frame decode table).
 """
 
 from __future__ import annotations

@@ -82,12 +82,14 @@ class BufferRing:
     """A worker's shared-memory batch buffers, each reused every ``PREFETCH + 1`` batches instead of made anew.
 
     A fresh shared buffer costs its allocation and a page fault per 4 kB page (zero filled by the kernel) on every
-    batch: 14 ms for the 19 MB of uint8 views of a batch of 8 quadruples on the 2-core box (~1.75 ms per quadruple,
-    15-20 % of a worker's time), 100 ms for a 134 MB ``raw`` batch at 256 px. Reuse is safe when the consumer copies
-    each batch out before it asks for the next: the DataLoader deals a worker's batches in turn and sends a worker
-    its batch n only after it has handed over that worker's batch n - PREFETCH, so the buffer of batch
-    n - PREFETCH - 1 is no longer read. ``pin_memory`` copies every batch into pinned memory as it arrives, so the
-    trainer on CUDA recycles; elsewhere a caller who keeps batches (or tensors of them) must not ask for it.
+    batch: 14 ms for the 19 MB of uint8 views of a batch of 8 quadruples on the 2-core box, where a real worker
+    made 1.6x more quadruples per CPU second with recycled buffers (benchmarks/bench_loader.py); on an H200
+    machine's 16 cores, where pages fault in cheaply, 0-10 % more. Reuse is safe when the consumer is done with each
+    batch (or has copied it) before it asks for the next: the DataLoader deals a worker's batches in turn and sends a
+    worker its batch n only after it has handed over that worker's batch n - PREFETCH, so the buffer of batch
+    n - PREFETCH - 1 is no longer read. ``pin_memory`` copies every batch into pinned memory as it arrives; the
+    trainer's steps are done with their batch (to_model makes new tensors) on any device. A caller who keeps batches
+    (or tensors of them) must not ask for it.
     """
 
     def __init__(self) -> None:
@@ -259,8 +261,8 @@ class EpochBatches(Dataset):
                     "jpeg_count": torch.tensor([len(p.frames) for _, _, p in drawn]),
                     "hw": torch.from_numpy(np.stack([split.height[idx], split.width[idx]], 1))}
         hw = np.array([reduced_hw(self._hw(i), int(r.min())) for (i, _, _), r in zip(drawn, reduce)])  # largest
-        shape = (max(len(d[2].frames) for d in drawn), int(hw[:, 0].max()), int(hw[:, 1].max()), 3)
-        raw = _zeros((len(drawn), *shape), self.ring) if self.augment_on_device else self._frame_buffer((len(drawn), *shape))
+        shape = (len(drawn), max(len(d[2].frames) for d in drawn), int(hw[:, 0].max()), int(hw[:, 1].max()), 3)
+        raw = _zeros(shape, self.ring) if self.augment_on_device else self._frame_buffer(shape)
         for pos, (i, payload, p) in enumerate(drawn):
             try:
                 _decode_into(raw.numpy()[pos], payload, split.frame_offsets(i), p.frames, self._hw(i), reduce[pos])
