@@ -166,15 +166,16 @@ def with_retries(what: str, fn: Callable[[], T]) -> T:
 _REDIRECTS = (301, 302, 303, 307, 308)
 
 
-def _connection(u: Any, fresh: bool = False) -> http.client.HTTPConnection:
-    """This thread's kept-alive connection to ``u``'s server (a proxy's, when the environment names one for it),
-    made on first use or when ``fresh``. Keyed by process too: a forked worker never uses its parent's sockets."""
+def _connection(u: Any, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
+    """(this thread's kept-alive connection to ``u``'s server (a proxy's, when the environment names one for it),
+    whether it was kept from an earlier request): made on first use or when ``fresh``. Keyed by process too: a
+    forked worker never uses its parent's sockets."""
     conns = getattr(_local, "conns", None)
     if conns is None:
         conns = _local.conns = {}
     key = (os.getpid(), u.scheme, u.netloc)
     if key in conns and not fresh:
-        return conns[key]
+        return conns[key], True
     for k in [k for k in conns if k[0] != key[0] or k == key]:  # a parent's (never closed here: not ours) or stale
         old = conns.pop(k)
         if k[0] == key[0]:
@@ -191,7 +192,7 @@ def _connection(u: Any, fresh: bool = False) -> http.client.HTTPConnection:
         conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
     conn.absolute = bool(proxy) and u.scheme == "http"  # a plain http proxy is sent the whole URL
     conns[key] = conn
-    return conn
+    return conn, False
 
 
 def _exchange(url: str, method: str, headers: dict[str, str]) -> tuple[int, Any, bytes]:
@@ -200,9 +201,7 @@ def _exchange(url: str, method: str, headers: dict[str, str]) -> tuple[int, Any,
     connection (its state is unknown) and is raised for :func:`with_retries`."""
     u = urlsplit(url)
     for fresh in (False, True):
-        conns = getattr(_local, "conns", {})
-        reused = not fresh and (os.getpid(), u.scheme, u.netloc) in conns
-        conn = _connection(u, fresh)
+        conn, reused = _connection(u, fresh)
         path = url if conn.absolute else (u.path or "/") + (f"?{u.query}" if u.query else "")
         try:
             conn.request(method, path, headers=headers)

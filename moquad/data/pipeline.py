@@ -83,7 +83,7 @@ class BufferRing:
 
     A fresh shared buffer costs its allocation and a page fault per 4 kB page (zero filled by the kernel) on every
     batch: 14 ms for the 19 MB of uint8 views of a batch of 8 quadruples on the 2-core box, where a real worker
-    made 1.6x more quadruples per CPU second with recycled buffers (benchmarks/bench_loader.py); on an H200
+    made 1.6-1.9x more quadruples per CPU second with recycled buffers (benchmarks/bench_loader.py); on an H200
     machine's 16 cores, where pages fault in cheaply, 0-10 % more. Reuse is safe when the consumer is done with each
     batch (or has copied it) before it asks for the next: the DataLoader deals a worker's batches in turn and sends a
     worker its batch n only after it has handed over that worker's batch n - PREFETCH, so the buffer of batch
@@ -507,9 +507,9 @@ def make_loader(
     built once per run, workers kept across epochs); the batches are the same.
     """
     check_config(cfg, mode)
+    recycle = pin_memory if recycle is None else recycle
     if isinstance(data_dir, RunLoader):
         run = data_dir
-        recycle = pin_memory if recycle is None else recycle
         got, built = (batch_size, rank, world_size, pin_memory, recycle), \
             (run.batch_size, run.rank, run.world_size, run.pin_memory, run.recycle)
         if got != built:
@@ -521,6 +521,6 @@ def make_loader(
     plan = EpochPlan(len(data), batch_size, world_size, cfg.seed, epoch)
     total = plan.num_batches if num_batches is None else min(num_batches, plan.num_batches)
     _check_start(start, total)
-    ring = BufferRing() if (pin_memory if recycle is None else recycle) else None  # each worker forks its own
+    ring = BufferRing() if recycle else None  # each worker forks its own
     ds = EpochBatches(data, cfg, plan, epoch, rank, mode=mode, end=total, ring=ring)
     return _data_loader(ds, range(start, total), min(cfg.workers, total - start), pin_memory, persistent=False)
