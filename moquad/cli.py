@@ -8,6 +8,7 @@ fields (:func:`moquad.cli_common.config_command`); errors: :mod:`moquad.cli_comm
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 
@@ -39,7 +40,24 @@ app = OneLineTyper(
 )
 
 
-app.callback(epilog="Example: moquad --debug pretrain --data D  (or: MOQUAD_DEBUG=1 moquad ...)")(global_options)
+def _print_version(value: bool) -> None:
+    if value:
+        from moquad import __version__
+
+        typer.echo(f"moquad {__version__}")
+        raise typer.Exit()
+
+
+def _options(
+    debug: bool = inspect.signature(global_options).parameters["debug"].default,
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print moquad's version and exit."),
+) -> None:
+    """The options before the command name (``moquad --debug pretrain ...``, ``moquad --version``)."""
+    global_options(debug)
+
+
+app.callback(epilog="Example: moquad --debug pretrain --data D  (or: MOQUAD_DEBUG=1 moquad ...)")(_options)
 
 
 # ----------------------------------------------------------------------------- stage 0: data

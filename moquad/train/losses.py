@@ -142,9 +142,9 @@ def moquad_loss(
     *,
     z_global: torch.Tensor | None = None,
     offset: int = 0,
-    tau: float,
-    hard_beta: float,
-    hard_alpha: float,
+    tau: float = 0.1,
+    hard_beta: float = 0.01,
+    hard_alpha: float = 1.5,
     video: torch.Tensor | None = None,
     video_global: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -161,7 +161,7 @@ def moquad_loss(
 
 
 def appearance_loss(
-    z_local: torch.Tensor, *, z_global: torch.Tensor | None = None, offset: int = 0, tau: float,
+    z_local: torch.Tensor, *, z_global: torch.Tensor | None = None, offset: int = 0, tau: float = 0.1,
     video: torch.Tensor | None = None, video_global: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Eq. 3: anchors z_i^n (view 0), positive z_i^m (view 1), negatives z_j^s, j != i, s in {n, m}.
@@ -176,7 +176,7 @@ def appearance_loss(
 
 
 def nt_xent_loss(
-    z_local: torch.Tensor, *, z_global: torch.Tensor | None = None, offset: int = 0, tau: float,
+    z_local: torch.Tensor, *, z_global: torch.Tensor | None = None, offset: int = 0, tau: float = 0.1,
     video: torch.Tensor | None = None, video_global: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """SimCLR NT-Xent on (B, 2, D) (method ``simclr_classic``): every view is an anchor, its pair the
