@@ -61,6 +61,8 @@ _API: dict[str, str] = {
     "compute_features": "moquad.eval.features:compute_features",
     "read_features": "moquad.eval.features:read_features",
     "retrieve": "moquad.eval.retrieve:retrieve",
+    "prepare_features": "moquad.eval.search:prepare",
+    "nearest": "moquad.eval.search:nearest",
     "knn_classify": "moquad.eval.retrieve:knn_classify",
     "linear": "moquad.eval.linear:linear",
     "finetune": "moquad.eval.finetune:finetune",
