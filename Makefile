@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench docs clean
 
 $(BIN)/moquad: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,4 +28,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_scale.py
 
 clean:
-	rm -rf runs .pytest_cache
+	rm -rf runs .pytest_cache site
+
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
