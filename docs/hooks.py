@@ -21,14 +21,15 @@ GROUPS = (  # (title, module prefixes): the API page's sections, in order
     ("The motion report", ("moquad.eval.motion",)),
     ("Evaluation", ("moquad.eval", "moquad.export")),
 )
+WIDTH = "80"  # columns of the help texts: a code block of the site's content column holds ~85
 ROLE = re.compile(r":(?:py:)?(?:func|class|data|mod|meth|attr|exc|obj):(<code>)~?")
 
 
 def _help(app, args: list[str]) -> str:
     from typer.testing import CliRunner
 
-    result = CliRunner().invoke(app, [*args, "--help"], env={"TERMINAL_WIDTH": "100", "COLUMNS": "100"},
-                                color=False)
+    result = CliRunner().invoke(app, [*args, "--help"], prog_name="moquad", color=False,
+                                env={"TERMINAL_WIDTH": WIDTH, "COLUMNS": WIDTH})
     if result.exit_code != 0:
         raise RuntimeError(f"moquad {' '.join(args)} --help failed: {result.output}")
     return "\n".join(line.rstrip() for line in result.output.strip("\n").splitlines())
@@ -36,7 +37,7 @@ def _help(app, args: list[str]) -> str:
 
 def cli_reference() -> str:
     """Markdown: ``moquad --help`` and every command's ``--help``, in the CLI's own order."""
-    os.environ.setdefault("TERMINAL_WIDTH", "100")
+    os.environ.setdefault("TERMINAL_WIDTH", WIDTH)
     import typer
 
     from moquad.cli import app
@@ -58,7 +59,8 @@ def api_reference() -> str:
     for name, target in moquad._API.items():
         module, attr = target.split(":")
         title = next(t for t, prefixes in GROUPS if module.startswith(prefixes))
-        sections[title].append(f"::: {module}.{attr}\n")
+        sections[title].append(f"::: {module}.{attr}\n    options:\n      heading: moquad.{name}\n"
+                               f"      toc_label: {name}\n")
         rows.append(f"| [`{name}`][{module}.{attr}] | `{module}.{attr}` |")
     body = "\n".join(f"## {title}\n\n" + "\n".join(blocks) for title, blocks in sections.items() if blocks)
     return "\n".join(rows) + "\n\n" + body
