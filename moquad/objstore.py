@@ -17,11 +17,14 @@ whole, so an interrupted upload never leaves a truncated object under the final 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
+import ipaddress
 import logging
 import os
 import random
+import re
 import threading
 import time
 import urllib.error
@@ -169,7 +172,8 @@ _REDIRECTS = (301, 302, 303, 307, 308)
 def _connection(u: Any, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
     """(this thread's kept-alive connection to ``u``'s server (a proxy's, when the environment names one for it),
     whether it was kept from an earlier request): made on first use or when ``fresh``. Keyed by process too: a
-    forked worker never uses its parent's sockets."""
+    forked worker never uses its parent's sockets. Through a proxy, a plain http request names the whole URL and an
+    https one goes through a CONNECT tunnel; either carries the proxy's credentials (:func:`_proxy`)."""
     conns = getattr(_local, "conns", None)
     if conns is None:
         conns = _local.conns = {}
@@ -180,19 +184,63 @@ def _connection(u: Any, fresh: bool = False) -> tuple[http.client.HTTPConnection
         old = conns.pop(k)
         if k[0] == key[0]:
             old.close()
-    proxy = urllib.request.getproxies().get(u.scheme)
-    if proxy and urllib.request.proxy_bypass(u.hostname or ""):
-        proxy = None
-    target = urlsplit(proxy if proxy and "://" in proxy else f"http://{proxy}") if proxy else u
-    if u.scheme == "https":
-        conn = http.client.HTTPSConnection(target.hostname, target.port, timeout=60)
-        if proxy:
-            conn.set_tunnel(u.hostname, u.port)
+    proxy, auth = _proxy(u)
+    if proxy is None:
+        conn = (http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection)(
+            u.hostname, u.port, timeout=60)
+    elif u.scheme == "https":
+        conn = http.client.HTTPSConnection(proxy.hostname, proxy.port or 80, timeout=60)  # TLS inside the tunnel
+        conn.set_tunnel(u.hostname, u.port, headers=auth)
     else:
-        conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
-    conn.absolute = bool(proxy) and u.scheme == "http"  # a plain http proxy is sent the whole URL
+        conn = http.client.HTTPConnection(proxy.hostname, proxy.port or 80, timeout=60)
+    conn.absolute = proxy is not None and u.scheme == "http"  # a plain http proxy is sent the whole URL ...
+    conn.proxy_headers = auth if conn.absolute else {}  # ... and its credentials with every request
+    conn.proxy_name = f"{proxy.hostname}:{proxy.port or 80}" if proxy else ""
     conns[key] = conn
     return conn, False
+
+
+def _proxy(u: Any) -> tuple[Any, dict[str, str]]:
+    """(the proxy the environment names for ``u`` (``http_proxy`` / ``https_proxy``, as urllib reads them), None
+    when none or ``no_proxy`` exempts ``u``; the headers it needs: ``Proxy-Authorization: Basic`` from the user and
+    password in its URL, percent-decoded as urllib does)."""
+    proxies = urllib.request.getproxies()
+    url = proxies.get(u.scheme)
+    if not url or _bypassed(u, proxies.get("no", "")):
+        return None, {}
+    proxy = urlsplit(url if "://" in url else f"http://{url}")
+    if proxy.username is None:
+        return proxy, {}
+    user_pass = f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password or '')}"
+    return proxy, {"Proxy-Authorization": "Basic " + base64.b64encode(user_pass.encode()).decode("ascii")}
+
+
+def _bypassed(u: Any, no_proxy: str) -> bool:
+    """Whether ``no_proxy`` (comma or space separated) sends ``u`` direct, matched as urllib and requests match it:
+    ``*`` sends everything direct; ``host`` or ``.domain`` (``*.domain``) matches it and its subdomains on any port,
+    ``host:port`` on that port only (the scheme's default when the URL names none); ``10.0.0.0/8`` an IP network."""
+    host = (u.hostname or "").lower()
+    port = u.port or (443 if u.scheme == "https" else 80)
+    for entry in re.split(r"[,\s]+", no_proxy.lower()):
+        if entry == "*":
+            return True
+        name, want = entry, None
+        if entry.startswith("[") and "]" in entry:  # [v6]:port
+            name, _, rest = entry[1:].partition("]")
+            want = rest.lstrip(":") or None
+        elif entry.count(":") == 1:
+            name, want = entry.split(":")
+        if not name or (want is not None and want != str(port)):
+            continue
+        if "/" in name:
+            with contextlib.suppress(ValueError):
+                if ipaddress.ip_address(host) in ipaddress.ip_network(name, strict=False):
+                    return True
+            continue
+        name = name.lstrip("*").lstrip(".")
+        if host == name or host.endswith(f".{name}"):
+            return True
+    return False
 
 
 def _exchange(url: str, method: str, headers: dict[str, str]) -> tuple[int, Any, bytes]:
@@ -204,15 +252,17 @@ def _exchange(url: str, method: str, headers: dict[str, str]) -> tuple[int, Any,
         conn, reused = _connection(u, fresh)
         path = url if conn.absolute else (u.path or "/") + (f"?{u.query}" if u.query else "")
         try:
-            conn.request(method, path, headers=headers)
+            conn.request(method, path, headers={**conn.proxy_headers, **headers})
             r = conn.getresponse()
         except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
             conn.close()
             if reused:
                 continue  # the server had closed the idle connection: once more on a new one
             raise
-        except BaseException:
+        except BaseException as e:
             conn.close()
+            if isinstance(e, OSError) and str(e).startswith("Tunnel connection failed: 407"):  # the CONNECT's answer
+                raise _proxy_refused(conn.proxy_name) from None
             raise
         if r.status == 200 and "Range" in headers:  # the whole object instead of the range: not read (the caller
             conn.close()  # stops the run), the connection dropped mid-body
@@ -238,12 +288,21 @@ def _http(url: str, offset: int | None = None, size: int | None = None, method: 
         if status not in _REDIRECTS or "Location" not in hdrs:
             break
         url = urllib.parse.urljoin(url, hdrs["Location"])
+    if status == 407:
+        proxy = _proxy(urlsplit(url))[0]
+        raise _proxy_refused(f"{proxy.hostname}:{proxy.port or 80}" if proxy else urlsplit(url).netloc)
     if status in (401, 403):
         raise MoquadError(f"access denied (HTTP {status}) for {url}; check the URL and that the server lets "
                           "you read it")
     if status >= 400:
         raise urllib.error.HTTPError(url, status, http.client.responses.get(status, ""), hdrs, None)
     return status, hdrs, body
+
+
+def _proxy_refused(proxy: str) -> MoquadError:
+    """HTTP 407: the proxy wants credentials it did not get (or refused them); never names them."""
+    return MoquadError(f"the proxy ({proxy}) asks for credentials (HTTP 407); give them in its URL: "
+                       "http_proxy / https_proxy=http://USER:PASSWORD@HOST:PORT (special characters percent-encoded)")
 
 
 def _body(r: Any, url: str) -> bytes:
