@@ -11,8 +11,8 @@ Failures a retry can cure (throttling, 5xx, timeouts, dropped connections, a bod
 are retried with exponential backoff and jitter; each retry is logged and counted in :data:`STATS`. What stays
 unreadable raises :class:`OSError` for the caller (the loader's bad-sample path). A server that answers a ranged
 GET with the whole object (200, not 206) is a configuration error for the whole run (:class:`MoquadError`): every
-sample would download its whole shard. An upload goes to a temporary key and is moved to its name only once
-whole, so an interrupted upload never leaves a truncated object under the final name.
+sample would download its whole shard. An upload is whole under its name or absent (:func:`upload`): on S3 a
+multipart upload to the final key, aborted on any failure; on GCS a temporary key moved into place.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def _split(url: str) -> tuple[Any, str]:
 
 
 def _retryable(e: BaseException) -> bool:
-    if isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError):
+    if isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError | Refused):
         return False
     if isinstance(e, urllib.error.HTTPError):
         return e.code in (408, 429) or e.code >= 500
@@ -453,15 +453,24 @@ def arrow_copy(raw: bytes) -> Any:
     return sink.getvalue()
 
 
-def upload(local: Path, url: str) -> None:
-    """Copy a finished local file to ``url``: whole or not at all under that name.
+PART_BYTES = 32 << 20  # an S3 upload's part (S3: 5 MiB to 5 GiB, at most 10,000 parts: bigger for files over 312 GiB)
+PARTS_IN_FLIGHT = 4  # parts sent at once per upload (memory: about 5 parts)
 
-    pyarrow's stream completes a multipart upload when it is closed, even by an exception, so the bytes go to a
-    temporary key, which is moved to ``url`` only after the last byte (and deleted on any failure).
+
+def upload(local: Path, url: str) -> None:
+    """Copy a finished local file to ``url``: whole under that name, or not at all (a name that held a whole object
+    before keeps it).
+
+    s3:// (:func:`_upload_s3`): written to its final key directly, each byte sent once and never copied, so no size
+    cap below S3's 5 TB. gs://: pyarrow's GCS stream completes its upload when it is closed, even by an exception,
+    and cannot abort it, so the bytes go to a temporary key moved to ``url`` after the last byte (a copy inside the
+    bucket, which GCS does without a size cap) and deleted on any failure.
     """
     scheme = urlsplit(url).scheme
     if scheme in ("http", "https"):
         raise OSError(f"{url}: http(s) is read-only; write to s3:// or gs://")
+    if scheme == "s3":
+        return _upload_s3(local, url)
     fs, path = _split(url)
     temp = f"{path}.partial-{uuid.uuid4().hex[:12]}"
 
@@ -476,6 +485,105 @@ def upload(local: Path, url: str) -> None:
         with contextlib.suppress(Exception):
             fs.delete_file(temp)
         raise
+
+
+def _upload_s3(local: Path, url: str) -> None:
+    """``local`` to s3:// ``url``: ONE PutObject up to :data:`PART_BYTES`, else a multipart upload to the final key,
+    aborted on any failure (an exception, Ctrl-C, a part that stays refused). S3 shows an object only once its upload
+    completes, so no partial object ever appears, even when the process is killed (its parts then wait for the
+    bucket's AbortIncompleteMultipartUpload rule). boto3, because pyarrow's S3 stream cannot abort: closing it, even
+    from an exception or its destructor, completes the upload with the bytes written so far (apache/arrow#40502)."""
+    u = urlsplit(url)
+    bucket, key, client = u.netloc, u.path.lstrip("/"), _s3_client()
+    part = max(PART_BYTES, -(-os.path.getsize(local) // 10_000))
+    with open(local, "rb") as src:
+        first = src.read(part)
+        rest = src.read(part)
+        if not rest:
+            _s3_call(f"upload {url}", lambda: client.put_object(Bucket=bucket, Key=key, Body=first))
+            return
+        start = _s3_call(f"start upload {url}", lambda: client.create_multipart_upload(
+            Bucket=bucket, Key=key, ContentType="application/octet-stream"))
+        target = {"Bucket": bucket, "Key": key, "UploadId": start["UploadId"]}
+        try:
+            parts = _send_parts(client, url, target, src, [first, rest], part)
+            _s3_call(f"complete upload {url}", lambda: client.complete_multipart_upload(
+                **target, MultipartUpload={"Parts": parts}))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                _s3_call(f"abort upload {url}", lambda: client.abort_multipart_upload(**target))
+            raise
+
+
+def _send_parts(client: Any, url: str, target: dict, src: Any, read: list[bytes], part: int) -> list[dict]:
+    """The parts of a multipart upload: ``read``, then the rest of ``src`` in ``part``-byte reads, sent
+    :data:`PARTS_IN_FLIGHT` at a time; their numbers and ETags, in order. On a failure no part is left in flight (an
+    abort that ran before a part landed would leave that part behind)."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    def send(number: int, body: bytes) -> dict:
+        got = _s3_call(f"upload part {number} of {url}", lambda: client.upload_part(
+            **target, PartNumber=number, Body=body))
+        return {"PartNumber": number, "ETag": got["ETag"]}
+    pool = ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="moquad-upload")
+    done: list[dict] = []
+    flying: set[Future] = set()
+    try:
+        number = 0
+        while chunk := (read.pop(0) if read else src.read(part)):
+            number += 1
+            flying.add(pool.submit(send, number, chunk))
+            if len(flying) >= PARTS_IN_FLIGHT:
+                finished, flying = wait(flying, return_when=FIRST_COMPLETED)
+                done += [f.result() for f in finished]
+        done += [f.result() for f in flying]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return sorted(done, key=lambda p: p["PartNumber"])
+
+
+def _s3_client() -> Any:
+    """This process's boto3 S3 client: credentials from the standard chain, ``AWS_ENDPOINT_URL(_S3)`` for another
+    S3-API server (path-style addressing there, as pyarrow's), the proxy environment as boto3 reads it; its own
+    retries off (:func:`_s3_call` counts them)."""
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise MoquadError("writing to s3:// needs boto3 (pip install boto3)") from None
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    config = Config(connect_timeout=10, read_timeout=60, retries={"max_attempts": 1, "mode": "standard"},
+                    max_pool_connections=PARTS_IN_FLIGHT + 2, request_checksum_calculation="when_required",
+                    response_checksum_validation="when_required", s3={"addressing_style": "path"} if endpoint else {})
+    return _cached(("boto3-s3", endpoint), lambda: boto3.session.Session().client(
+        "s3", endpoint_url=endpoint, config=config))
+
+
+class Refused(OSError):
+    """A request the server refused for a reason a retry cannot cure (access, a missing bucket, bad input)."""
+
+
+def _s3_call(what: str, fn: Callable[[], T]) -> T:
+    """``fn()``, one boto3 S3 request, with :func:`with_retries`; botocore's errors as OSErrors its rule reads:
+    throttling, 5xx and dropped connections retried, the rest :class:`Refused`."""
+    from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
+    def call() -> T:
+        try:
+            return fn()
+        except ClientError as e:
+            err, meta = e.response.get("Error", {}), e.response.get("ResponseMetadata", {})
+            status, code = int(meta.get("HTTPStatusCode") or 0), str(err.get("Code", ""))
+            text = f"{code or status}: {err.get('Message', '')}"
+            if status in (408, 429) or status >= 500 or code in ("SlowDown", "Throttling", "RequestTimeout"):
+                raise ConnectionError(text) from None
+            raise Refused(text) from None
+        except (BotoConnectionError, HTTPClientError) as e:
+            raise ConnectionError(str(e)) from None
+        except BotoCoreError as e:  # no credentials, a bad endpoint URL: the configuration's
+            raise Refused(str(e)) from None
+    return with_retries(what, call)
 
 
 def download(url: str, local: Path) -> None:

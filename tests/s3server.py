@@ -2,7 +2,8 @@
 
 The proxy forwards every request unchanged and can (a) add latency to each sample read, (b) answer
 503 SlowDown or drop the connection on a fraction of sample reads, (c) fail every read of one byte
-range for good. It counts the sample reads (ranged GETs of shards) and their bytes, independently of moquad.
+range for good, (d) refuse a CopyObject over a size (S3's 5 GiB cap, scaled down) or every upload of one part
+number of a multipart upload; it counts copies and the bytes uploaded. It counts the sample reads (ranged GETs of shards) and their bytes, independently of moquad.
 For benchmarks: :func:`nginx_server` (a server that is not the bottleneck: nginx, if installed) and
 :func:`proxy_process` (a light latency proxy in a process of its own).
 """
@@ -26,7 +27,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 SECRET = "moquad-test-secret-Zq8"  # must never show up in a run folder
 
@@ -61,8 +62,11 @@ class FaultProxy(ThreadingHTTPServer):
         self.latency_all = False
         self.fail_every = 0  # every n-th ranged GET: 503 (odd faults) or a dropped connection (even faults)
         self.always_fail: str | None = None  # "SHARD-NAME bytes=A-B": that range of that shard always gets 503
+        self.copy_limit: int | None = None  # a CopyObject of a bigger source is refused, as S3 refuses one over 5 GiB
+        self.fail_part: int | None = None  # every upload of this part number of a multipart upload answers 500
         self.lock = threading.Lock()
         self.ranged = self.ranged_bytes = self.faults = self.slowdowns = 0
+        self.copies = self.put_bytes = 0  # CopyObject requests; body bytes of the other PUTs (objects and parts)
 
     @property
     def url(self) -> str:
@@ -71,6 +75,7 @@ class FaultProxy(ThreadingHTTPServer):
     def reset(self) -> None:
         with self.lock:
             self.ranged = self.ranged_bytes = self.faults = self.slowdowns = 0
+            self.copies = self.put_bytes = 0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -103,6 +108,28 @@ class _Handler(BaseHTTPRequestHandler):
                 return "503" if srv.faults % 2 else "drop"
         return None
 
+    def _upload_rule(self, body: bytes | None) -> tuple[int, str, str] | None:
+        """Counts the upload requests, and refuses what S3 would (scaled down) or what the test orders: (status,
+        code, message) of the refusal, else None."""
+        srv = self.server
+        if self.command != "PUT":
+            return None
+        source = self.headers.get("x-amz-copy-source")
+        with srv.lock:
+            srv.copies += source is not None
+            srv.put_bytes += 0 if source is not None else len(body or b"")
+        if source is not None and srv.copy_limit is not None:
+            probe = http.client.HTTPConnection("127.0.0.1", srv.upstream, timeout=60)
+            probe.request("HEAD", "/" + source.lstrip("/").split("?")[0])
+            size = int(probe.getresponse().getheader("Content-Length") or 0)
+            probe.close()
+            if size > srv.copy_limit:
+                return 400, "InvalidRequest", ("The specified copy source is larger than the maximum allowable size "
+                                               f"for a copy source: {srv.copy_limit}")
+        if srv.fail_part is not None and parse_qs(urlsplit(self.path).query).get("partNumber") == [str(srv.fail_part)]:
+            return 500, "InternalError", "We encountered an internal error. Please try again."
+        return None
+
     def _body(self) -> bytes | None:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             chunks = []
@@ -117,6 +144,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         body = self._body()
+        refused = self._upload_rule(body)
+        if refused is not None:
+            status, code, message = refused
+            msg = f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(msg)))
+            self.end_headers()
+            self.wfile.write(msg)
+            return
         fault = self._fault()
         if fault == "drop":
             self.close_connection = True
