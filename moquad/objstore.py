@@ -469,8 +469,15 @@ def upload(local: Path, url: str) -> None:
     scheme = urlsplit(url).scheme
     if scheme in ("http", "https"):
         raise OSError(f"{url}: http(s) is read-only; write to s3:// or gs://")
-    if scheme == "s3":
-        return _upload_s3(local, url)
+    try:
+        (_upload_s3 if scheme == "s3" else _upload_gcs)(local, url)
+    except OSError as e:  # what the retries did not cure (or a refusal): one line, never a credential
+        raise MoquadError(f"cannot upload {url} ({str(e).splitlines()[0][:300]}); check the URL, the network and "
+                          "the store's credentials (standard environment / config chain), then re-run the same "
+                          "command to resume") from None
+
+
+def _upload_gcs(local: Path, url: str) -> None:
     fs, path = _split(url)
     temp = f"{path}.partial-{uuid.uuid4().hex[:12]}"
 
