@@ -351,7 +351,9 @@ def _frame_index(file: pq.ParquetFile, key: str, num_frames: np.ndarray, dtype: 
     mapped = _load_cached(path, total, dtype)
     if wrote:
         _prune(folder)
-    return (mapped, starts) if isinstance(mapped, np.ndarray) else (_in_memory(index, str(mapped)), starts)
+    if isinstance(mapped, np.ndarray):
+        return mapped, starts
+    return _in_memory(index, mapped or f"{path} vanished once written"), starts
 
 
 def _load_cached(path: Path, total: int, dtype: type) -> np.ndarray | str | None:
