@@ -235,3 +235,36 @@ def test_a_hit_stamps_its_use_beside_the_entry_not_on_it(data, tmp_path, monkeyp
     again = store.Split(data)
     assert isinstance(again._fo, np.memmap) and entry.stat().st_mtime_ns == mtime
     assert stamp.stat().st_mtime > old + 3600
+
+
+def test_a_link_whose_nfs_reply_was_lost_counts_as_ours(data, tmp_path, monkeypatch, big):
+    """NFS retries a link whose reply was lost and then answers "exists": the temporary file's link count (2) says the
+    link was this process's, so it maps its entry (and prunes, as the writer)."""
+    monkeypatch.setenv("MOQUAD_CACHE", str(tmp_path))
+    real_link, pruned = os.link, []
+
+    def link_then_lost_reply(src, dst):
+        real_link(src, dst)
+        raise FileExistsError(17, "File exists", str(dst))
+    monkeypatch.setattr(store.os, "link", link_then_lost_reply)
+    monkeypatch.setattr(store, "_prune", lambda folder: pruned.append(folder))
+    split = store.Split(data)
+    assert isinstance(split._fo, np.memmap) and pruned == [tmp_path / "frame-index"]
+    assert [p.name for p in (tmp_path / "frame-index").iterdir() if p.suffix == ".tmp"] == []
+
+
+def test_a_filesystem_without_hard_links_holds_the_index_in_memory(data, tmp_path, monkeypatch, caplog, big):
+    """Some FUSE mounts refuse link(2): no entry is written any other way (a rename could replace another node's
+    file), the index stays in memory with one log line, and no temporary file is left."""
+    monkeypatch.setenv("MOQUAD_CACHE", str(tmp_path))
+
+    def no_links(src, dst):
+        raise PermissionError(1, "Operation not permitted", str(src))
+    monkeypatch.setattr(store.os, "link", no_links)
+    with caplog.at_level(logging.WARNING, logger="moquad.data.store"):
+        split = store.Split(data)
+    assert not isinstance(split._fo, np.memmap)
+    assert [split.frame_offsets(i).tolist() for i in range(len(split))] == _offsets(data)
+    assert list((tmp_path / "frame-index").iterdir()) == []
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "Operation not permitted" in lines[0], lines
