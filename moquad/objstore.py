@@ -11,17 +11,20 @@ Failures a retry can cure (throttling, 5xx, timeouts, dropped connections, a bod
 are retried with exponential backoff and jitter; each retry is logged and counted in :data:`STATS`. What stays
 unreadable raises :class:`OSError` for the caller (the loader's bad-sample path). A server that answers a ranged
 GET with the whole object (200, not 206) is a configuration error for the whole run (:class:`MoquadError`): every
-sample would download its whole shard. An upload goes to a temporary key and is moved to its name only once
-whole, so an interrupted upload never leaves a truncated object under the final name.
+sample would download its whole shard. An upload is whole under its name or absent (:func:`upload`): on S3 a
+multipart upload to the final key, aborted on any failure; on GCS a temporary key moved into place.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
+import ipaddress
 import logging
 import os
 import random
+import re
 import threading
 import time
 import urllib.error
@@ -137,7 +140,7 @@ def _split(url: str) -> tuple[Any, str]:
 
 
 def _retryable(e: BaseException) -> bool:
-    if isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError):
+    if isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError | Refused):
         return False
     if isinstance(e, urllib.error.HTTPError):
         return e.code in (408, 429) or e.code >= 500
@@ -169,7 +172,8 @@ _REDIRECTS = (301, 302, 303, 307, 308)
 def _connection(u: Any, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
     """(this thread's kept-alive connection to ``u``'s server (a proxy's, when the environment names one for it),
     whether it was kept from an earlier request): made on first use or when ``fresh``. Keyed by process too: a
-    forked worker never uses its parent's sockets."""
+    forked worker never uses its parent's sockets. Through a proxy, a plain http request names the whole URL and an
+    https one goes through a CONNECT tunnel; either carries the proxy's credentials (:func:`_proxy`)."""
     conns = getattr(_local, "conns", None)
     if conns is None:
         conns = _local.conns = {}
@@ -180,19 +184,63 @@ def _connection(u: Any, fresh: bool = False) -> tuple[http.client.HTTPConnection
         old = conns.pop(k)
         if k[0] == key[0]:
             old.close()
-    proxy = urllib.request.getproxies().get(u.scheme)
-    if proxy and urllib.request.proxy_bypass(u.hostname or ""):
-        proxy = None
-    target = urlsplit(proxy if proxy and "://" in proxy else f"http://{proxy}") if proxy else u
-    if u.scheme == "https":
-        conn = http.client.HTTPSConnection(target.hostname, target.port, timeout=60)
-        if proxy:
-            conn.set_tunnel(u.hostname, u.port)
+    proxy, auth = _proxy(u)
+    if proxy is None:
+        conn = (http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection)(
+            u.hostname, u.port, timeout=60)
+    elif u.scheme == "https":
+        conn = http.client.HTTPSConnection(proxy.hostname, proxy.port or 80, timeout=60)  # TLS inside the tunnel
+        conn.set_tunnel(u.hostname, u.port, headers=auth)
     else:
-        conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
-    conn.absolute = bool(proxy) and u.scheme == "http"  # a plain http proxy is sent the whole URL
+        conn = http.client.HTTPConnection(proxy.hostname, proxy.port or 80, timeout=60)
+    conn.absolute = proxy is not None and u.scheme == "http"  # a plain http proxy is sent the whole URL ...
+    conn.proxy_headers = auth if conn.absolute else {}  # ... and its credentials with every request
+    conn.proxy_name = f"{proxy.hostname}:{proxy.port or 80}" if proxy else ""
     conns[key] = conn
     return conn, False
+
+
+def _proxy(u: Any) -> tuple[Any, dict[str, str]]:
+    """(the proxy the environment names for ``u`` (``http_proxy`` / ``https_proxy``, as urllib reads them), None
+    when none or ``no_proxy`` exempts ``u``; the headers it needs: ``Proxy-Authorization: Basic`` from the user and
+    password in its URL, percent-decoded as urllib does)."""
+    proxies = urllib.request.getproxies()
+    url = proxies.get(u.scheme)
+    if not url or _bypassed(u, proxies.get("no", "")):
+        return None, {}
+    proxy = urlsplit(url if "://" in url else f"http://{url}")
+    if proxy.username is None:
+        return proxy, {}
+    user_pass = f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password or '')}"
+    return proxy, {"Proxy-Authorization": "Basic " + base64.b64encode(user_pass.encode()).decode("ascii")}
+
+
+def _bypassed(u: Any, no_proxy: str) -> bool:
+    """Whether ``no_proxy`` (comma or space separated) sends ``u`` direct, matched as urllib and requests match it:
+    ``*`` sends everything direct; ``host`` or ``.domain`` (``*.domain``) matches it and its subdomains on any port,
+    ``host:port`` on that port only (the scheme's default when the URL names none); ``10.0.0.0/8`` an IP network."""
+    host = (u.hostname or "").lower()
+    port = u.port or (443 if u.scheme == "https" else 80)
+    for entry in re.split(r"[,\s]+", no_proxy.lower()):
+        if entry == "*":
+            return True
+        name, want = entry, None
+        if entry.startswith("[") and "]" in entry:  # [v6]:port
+            name, _, rest = entry[1:].partition("]")
+            want = rest.lstrip(":") or None
+        elif entry.count(":") == 1:
+            name, want = entry.split(":")
+        if not name or (want is not None and want != str(port)):
+            continue
+        if "/" in name:
+            with contextlib.suppress(ValueError):
+                if ipaddress.ip_address(host) in ipaddress.ip_network(name, strict=False):
+                    return True
+            continue
+        name = name.lstrip("*").lstrip(".")
+        if host == name or host.endswith(f".{name}"):
+            return True
+    return False
 
 
 def _exchange(url: str, method: str, headers: dict[str, str]) -> tuple[int, Any, bytes]:
@@ -204,15 +252,17 @@ def _exchange(url: str, method: str, headers: dict[str, str]) -> tuple[int, Any,
         conn, reused = _connection(u, fresh)
         path = url if conn.absolute else (u.path or "/") + (f"?{u.query}" if u.query else "")
         try:
-            conn.request(method, path, headers=headers)
+            conn.request(method, path, headers={**conn.proxy_headers, **headers})
             r = conn.getresponse()
         except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
             conn.close()
             if reused:
                 continue  # the server had closed the idle connection: once more on a new one
             raise
-        except BaseException:
+        except BaseException as e:
             conn.close()
+            if isinstance(e, OSError) and str(e).startswith("Tunnel connection failed: 407"):  # the CONNECT's answer
+                raise _proxy_refused(conn.proxy_name) from None
             raise
         if r.status == 200 and "Range" in headers:  # the whole object instead of the range: not read (the caller
             conn.close()  # stops the run), the connection dropped mid-body
@@ -238,12 +288,21 @@ def _http(url: str, offset: int | None = None, size: int | None = None, method: 
         if status not in _REDIRECTS or "Location" not in hdrs:
             break
         url = urllib.parse.urljoin(url, hdrs["Location"])
+    if status == 407:
+        proxy = _proxy(urlsplit(url))[0]
+        raise _proxy_refused(f"{proxy.hostname}:{proxy.port or 80}" if proxy else urlsplit(url).netloc)
     if status in (401, 403):
         raise MoquadError(f"access denied (HTTP {status}) for {url}; check the URL and that the server lets "
                           "you read it")
     if status >= 400:
         raise urllib.error.HTTPError(url, status, http.client.responses.get(status, ""), hdrs, None)
     return status, hdrs, body
+
+
+def _proxy_refused(proxy: str) -> MoquadError:
+    """HTTP 407: the proxy wants credentials it did not get (or refused them); never names them."""
+    return MoquadError(f"the proxy ({proxy}) asks for credentials (HTTP 407); give them in its URL: "
+                       "http_proxy / https_proxy=http://USER:PASSWORD@HOST:PORT (special characters percent-encoded)")
 
 
 def _body(r: Any, url: str) -> bytes:
@@ -394,15 +453,31 @@ def arrow_copy(raw: bytes) -> Any:
     return sink.getvalue()
 
 
-def upload(local: Path, url: str) -> None:
-    """Copy a finished local file to ``url``: whole or not at all under that name.
+PART_BYTES = 32 << 20  # an S3 upload's part (S3: 5 MiB to 5 GiB, at most 10,000 parts: bigger for files over 312 GiB)
+PARTS_IN_FLIGHT = 4  # parts sent at once per upload (memory: about 5 parts)
 
-    pyarrow's stream completes a multipart upload when it is closed, even by an exception, so the bytes go to a
-    temporary key, which is moved to ``url`` only after the last byte (and deleted on any failure).
+
+def upload(local: Path, url: str) -> None:
+    """Copy a finished local file to ``url``: whole under that name, or not at all (a name that held a whole object
+    before keeps it).
+
+    s3:// (:func:`_upload_s3`): written to its final key directly, each byte sent once and never copied, so no size
+    cap below S3's 5 TB. gs://: pyarrow's GCS stream completes its upload when it is closed, even by an exception,
+    and cannot abort it, so the bytes go to a temporary key moved to ``url`` after the last byte (a copy inside the
+    bucket, which GCS does without a size cap) and deleted on any failure.
     """
     scheme = urlsplit(url).scheme
     if scheme in ("http", "https"):
         raise OSError(f"{url}: http(s) is read-only; write to s3:// or gs://")
+    try:
+        (_upload_s3 if scheme == "s3" else _upload_gcs)(local, url)
+    except OSError as e:  # what the retries did not cure (or a refusal): one line, never a credential
+        raise MoquadError(f"cannot upload {url} ({str(e).splitlines()[0][:300]}); check the URL, the network and "
+                          "the store's credentials (standard environment / config chain), then re-run the same "
+                          "command to resume") from None
+
+
+def _upload_gcs(local: Path, url: str) -> None:
     fs, path = _split(url)
     temp = f"{path}.partial-{uuid.uuid4().hex[:12]}"
 
@@ -417,6 +492,105 @@ def upload(local: Path, url: str) -> None:
         with contextlib.suppress(Exception):
             fs.delete_file(temp)
         raise
+
+
+def _upload_s3(local: Path, url: str) -> None:
+    """``local`` to s3:// ``url``: ONE PutObject up to :data:`PART_BYTES`, else a multipart upload to the final key,
+    aborted on any failure (an exception, Ctrl-C, a part that stays refused). S3 shows an object only once its upload
+    completes, so no partial object ever appears, even when the process is killed (its parts then wait for the
+    bucket's AbortIncompleteMultipartUpload rule). boto3, because pyarrow's S3 stream cannot abort: closing it, even
+    from an exception or its destructor, completes the upload with the bytes written so far (apache/arrow#40502)."""
+    u = urlsplit(url)
+    bucket, key, client = u.netloc, u.path.lstrip("/"), _s3_client()
+    part = max(PART_BYTES, -(-os.path.getsize(local) // 10_000))
+    with open(local, "rb") as src:
+        first = src.read(part)
+        rest = src.read(part)
+        if not rest:
+            _s3_call(f"upload {url}", lambda: client.put_object(Bucket=bucket, Key=key, Body=first))
+            return
+        start = _s3_call(f"start upload {url}", lambda: client.create_multipart_upload(
+            Bucket=bucket, Key=key, ContentType="application/octet-stream"))
+        target = {"Bucket": bucket, "Key": key, "UploadId": start["UploadId"]}
+        try:
+            parts = _send_parts(client, url, target, src, [first, rest], part)
+            _s3_call(f"complete upload {url}", lambda: client.complete_multipart_upload(
+                **target, MultipartUpload={"Parts": parts}))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                _s3_call(f"abort upload {url}", lambda: client.abort_multipart_upload(**target))
+            raise
+
+
+def _send_parts(client: Any, url: str, target: dict, src: Any, read: list[bytes], part: int) -> list[dict]:
+    """The parts of a multipart upload: ``read``, then the rest of ``src`` in ``part``-byte reads, sent
+    :data:`PARTS_IN_FLIGHT` at a time; their numbers and ETags, in order. On a failure no part is left in flight (an
+    abort that ran before a part landed would leave that part behind)."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    def send(number: int, body: bytes) -> dict:
+        got = _s3_call(f"upload part {number} of {url}", lambda: client.upload_part(
+            **target, PartNumber=number, Body=body))
+        return {"PartNumber": number, "ETag": got["ETag"]}
+    pool = ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="moquad-upload")
+    done: list[dict] = []
+    flying: set[Future] = set()
+    try:
+        number = 0
+        while chunk := (read.pop(0) if read else src.read(part)):
+            number += 1
+            flying.add(pool.submit(send, number, chunk))
+            if len(flying) >= PARTS_IN_FLIGHT:
+                finished, flying = wait(flying, return_when=FIRST_COMPLETED)
+                done += [f.result() for f in finished]
+        done += [f.result() for f in flying]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return sorted(done, key=lambda p: p["PartNumber"])
+
+
+def _s3_client() -> Any:
+    """This process's boto3 S3 client: credentials from the standard chain, ``AWS_ENDPOINT_URL(_S3)`` for another
+    S3-API server (path-style addressing there, as pyarrow's), the proxy environment as boto3 reads it; its own
+    retries off (:func:`_s3_call` counts them)."""
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise MoquadError("writing to s3:// needs boto3 (pip install boto3)") from None
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    config = Config(connect_timeout=10, read_timeout=60, retries={"max_attempts": 1, "mode": "standard"},
+                    max_pool_connections=PARTS_IN_FLIGHT + 2, request_checksum_calculation="when_required",
+                    response_checksum_validation="when_required", s3={"addressing_style": "path"} if endpoint else {})
+    return _cached(("boto3-s3", endpoint), lambda: boto3.session.Session().client(
+        "s3", endpoint_url=endpoint, config=config))
+
+
+class Refused(OSError):
+    """A request the server refused for a reason a retry cannot cure (access, a missing bucket, bad input)."""
+
+
+def _s3_call(what: str, fn: Callable[[], T]) -> T:
+    """``fn()``, one boto3 S3 request, with :func:`with_retries`; botocore's errors as OSErrors its rule reads:
+    throttling, 5xx and dropped connections retried, the rest :class:`Refused`."""
+    from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
+    def call() -> T:
+        try:
+            return fn()
+        except ClientError as e:
+            err, meta = e.response.get("Error", {}), e.response.get("ResponseMetadata", {})
+            status, code = int(meta.get("HTTPStatusCode") or 0), str(err.get("Code", ""))
+            text = f"{code or status}: {err.get('Message', '')}"
+            if status in (408, 429) or status >= 500 or code in ("SlowDown", "Throttling", "RequestTimeout"):
+                raise ConnectionError(text) from None
+            raise Refused(text) from None
+        except (BotoConnectionError, HTTPClientError) as e:
+            raise ConnectionError(str(e)) from None
+        except BotoCoreError as e:  # no credentials, a bad endpoint URL: the configuration's
+            raise Refused(str(e)) from None
+    return with_retries(what, call)
 
 
 def download(url: str, local: Path) -> None:

@@ -2,7 +2,8 @@
 
 The proxy forwards every request unchanged and can (a) add latency to each sample read, (b) answer
 503 SlowDown or drop the connection on a fraction of sample reads, (c) fail every read of one byte
-range for good. It counts the sample reads (ranged GETs of shards) and their bytes, independently of moquad.
+range for good, (d) refuse a CopyObject over a size (S3's 5 GiB cap, scaled down) or every upload of one part
+number of a multipart upload; it counts copies and the bytes uploaded. It counts the sample reads (ranged GETs of shards) and their bytes, independently of moquad.
 For benchmarks: :func:`nginx_server` (a server that is not the bottleneck: nginx, if installed) and
 :func:`proxy_process` (a light latency proxy in a process of its own).
 """
@@ -15,6 +16,7 @@ import getpass
 import http.client
 import io
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -25,7 +27,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 SECRET = "moquad-test-secret-Zq8"  # must never show up in a run folder
 
@@ -60,8 +62,11 @@ class FaultProxy(ThreadingHTTPServer):
         self.latency_all = False
         self.fail_every = 0  # every n-th ranged GET: 503 (odd faults) or a dropped connection (even faults)
         self.always_fail: str | None = None  # "SHARD-NAME bytes=A-B": that range of that shard always gets 503
+        self.copy_limit: int | None = None  # a CopyObject of a bigger source is refused, as S3 refuses one over 5 GiB
+        self.fail_part: int | None = None  # every upload of this part number of a multipart upload answers 500
         self.lock = threading.Lock()
         self.ranged = self.ranged_bytes = self.faults = self.slowdowns = 0
+        self.copies = self.put_bytes = 0  # CopyObject requests; body bytes of the other PUTs (objects and parts)
 
     @property
     def url(self) -> str:
@@ -70,6 +75,7 @@ class FaultProxy(ThreadingHTTPServer):
     def reset(self) -> None:
         with self.lock:
             self.ranged = self.ranged_bytes = self.faults = self.slowdowns = 0
+            self.copies = self.put_bytes = 0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -102,6 +108,28 @@ class _Handler(BaseHTTPRequestHandler):
                 return "503" if srv.faults % 2 else "drop"
         return None
 
+    def _upload_rule(self, body: bytes | None) -> tuple[int, str, str] | None:
+        """Counts the upload requests, and refuses what S3 would (scaled down) or what the test orders: (status,
+        code, message) of the refusal, else None."""
+        srv = self.server
+        if self.command != "PUT":
+            return None
+        source = self.headers.get("x-amz-copy-source")
+        with srv.lock:
+            srv.copies += source is not None
+            srv.put_bytes += 0 if source is not None else len(body or b"")
+        if source is not None and srv.copy_limit is not None:
+            probe = http.client.HTTPConnection("127.0.0.1", srv.upstream, timeout=60)
+            probe.request("HEAD", "/" + source.lstrip("/").split("?")[0])
+            size = int(probe.getresponse().getheader("Content-Length") or 0)
+            probe.close()
+            if size > srv.copy_limit:
+                return 400, "InvalidRequest", ("The specified copy source is larger than the maximum allowable size "
+                                               f"for a copy source: {srv.copy_limit}")
+        if srv.fail_part is not None and parse_qs(urlsplit(self.path).query).get("partNumber") == [str(srv.fail_part)]:
+            return 500, "InternalError", "We encountered an internal error. Please try again."
+        return None
+
     def _body(self) -> bytes | None:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             chunks = []
@@ -116,6 +144,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         body = self._body()
+        refused = self._upload_rule(body)
+        if refused is not None:
+            status, code, message = refused
+            msg = f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(msg)))
+            self.end_headers()
+            self.wfile.write(msg)
+            return
         fault = self._fault()
         if fault == "drop":
             self.close_connection = True
@@ -188,7 +226,10 @@ class _FileHandler(SimpleHTTPRequestHandler):
     support answers), "forbid" (403 to everything), "close-idle" (each connection closed after one reply without
     saying so, as a server closes idle kept-alive connections); ``server.truncate`` = n: the next n ranged replies
     stop at half their body. ``server.connections`` counts the TCP connections accepted, ``server.absolute`` the
-    requests that named a whole URL (as a client sends them to a proxy: this server then acts as one)."""
+    requests that named a whole URL (as a client sends them to a proxy: this server then acts as one). As a proxy it
+can want credentials (``server.proxy_auth``: the ``Proxy-Authorization`` value it accepts, else 407; ``refused``
+counts the 407s) and open CONNECT tunnels (to 127.0.0.1:``server.tunnel_to`` whatever host they name;
+``server.tunnels`` lists each CONNECT's target and credentials), as an https client asks for them."""
 
     protocol_version = "HTTP/1.1"
 
@@ -207,6 +248,45 @@ class _FileHandler(SimpleHTTPRequestHandler):
             path = urlsplit(path).path
         return super().translate_path(path)
 
+    def _refused(self) -> bool:
+        """407 unless the request carries the credentials ``server.proxy_auth`` (when it wants any)."""
+        srv = self.server
+        if srv.proxy_auth is None or self.headers.get("Proxy-Authorization") == srv.proxy_auth:
+            return False
+        with srv.lock:
+            srv.refused += 1
+        body = b"proxy credentials required"
+        self.send_response(407)
+        self.send_header("Proxy-Authenticate", 'Basic realm="moquad-test"')
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        return True
+
+    def do_CONNECT(self) -> None:  # noqa: N802 - http.server's naming
+        srv = self.server
+        with srv.lock:
+            srv.tunnels.append((self.path, self.headers.get("Proxy-Authorization")))
+        if self._refused():
+            self.close_connection = True
+            return
+        upstream = socket.create_connection(("127.0.0.1", srv.tunnel_to), timeout=30)
+        self.send_response(200, "Connection established")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            while True:
+                ready, _, _ = select.select([self.connection, upstream], [], [], 30)
+                data = ready[0].recv(1 << 16) if ready else b""
+                if not data:
+                    return
+                (upstream if ready[0] is self.connection else self.connection).sendall(data)
+        except OSError:
+            return
+        finally:
+            upstream.close()
+
     def end_headers(self) -> None:
         super().end_headers()
         if self.server.mode == "close-idle":
@@ -214,6 +294,8 @@ class _FileHandler(SimpleHTTPRequestHandler):
 
     def send_head(self):  # noqa: ANN201 - http.server's own signature
         srv, rng = self.server, self.headers.get("Range")
+        if "://" in self.path and self._refused():
+            return None
         if srv.mode == "forbid":
             self.send_error(403)
             return None
@@ -237,18 +319,52 @@ class _FileHandler(SimpleHTTPRequestHandler):
         return io.BytesIO(data)
 
 
-@contextlib.contextmanager
-def http_server(directory: str | os.PathLike) -> Iterator[ThreadingHTTPServer]:
-    """``directory`` served over http:// on 127.0.0.1 by :class:`_FileHandler`; ``srv.url`` is its root."""
+def _file_server(directory: str | os.PathLike) -> ThreadingHTTPServer:
     srv = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_FileHandler, directory=str(directory)))
     srv.daemon_threads = True
     srv.mode, srv.truncate, srv.lock, srv.connections, srv.absolute = "ok", 0, threading.Lock(), 0, 0
-    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.proxy_auth, srv.refused, srv.tunnel_to, srv.tunnels = None, 0, None, []
+    return srv
+
+
+@contextlib.contextmanager
+def _serving(srv: ThreadingHTTPServer, scheme: str) -> Iterator[ThreadingHTTPServer]:
+    srv.url = f"{scheme}://127.0.0.1:{srv.server_address[1]}"
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         yield srv
     finally:
         srv.shutdown()
+
+
+@contextlib.contextmanager
+def http_server(directory: str | os.PathLike) -> Iterator[ThreadingHTTPServer]:
+    """``directory`` served over http:// on 127.0.0.1 by :class:`_FileHandler`; ``srv.url`` is its root."""
+    with _serving(_file_server(directory), "http") as srv:
+        yield srv
+
+
+@contextlib.contextmanager
+def https_server(directory: str | os.PathLike, hostname: str = "dataset.invalid") -> Iterator[ThreadingHTTPServer]:
+    """``directory`` served over https:// on 127.0.0.1 with a self-signed certificate for ``hostname`` (made by the
+    ``openssl`` command); ``srv.cert`` is the certificate a client must trust (``SSL_CERT_FILE``)."""
+    import ssl
+
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise FileNotFoundError("the https test server needs the openssl command")
+    with tempfile.TemporaryDirectory(prefix="moquad-tls-") as tmp:
+        cert, key = f"{tmp}/cert.pem", f"{tmp}/key.pem"
+        subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                        f"/CN={hostname}", "-addext", f"subjectAltName=DNS:{hostname},IP:127.0.0.1", "-keyout", key,
+                        "-out", cert], check=True, capture_output=True, timeout=60)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        srv = _file_server(directory)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+        srv.cert = cert
+        with _serving(srv, "https") as srv:
+            yield srv
 
 
 NGINX_MISSING = ("nginx not found (PATH, /usr/sbin): no nginx rows (for the benchmark only: apt-get install -y "

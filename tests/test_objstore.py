@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
@@ -443,10 +444,32 @@ def test_forbidden_is_not_missing(coded):
             split.check_shards()
 
 
-def test_an_interrupted_upload_leaves_no_object(s3, tmp_path, monkeypatch):
-    """pyarrow's stream completes the upload when an exception closes it: the bytes go to a temporary key first."""
-    src = tmp_path / "big.tar"
-    src.write_bytes(b"x" * (1 << 20))
+def _pending_uploads(s3, prefix: str) -> list[str]:
+    """Keys of the multipart uploads started under ``prefix`` and neither completed nor aborted (asked directly)."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3.url, region_name="us-east-1")
+    return [u["Key"] for u in client.list_multipart_uploads(Bucket="bkt", Prefix=prefix).get("Uploads", [])]
+
+
+@pytest.fixture()
+def parts(monkeypatch):
+    """Parts of 5 MiB (S3's smallest, which moto enforces too) and no waiting between tries: a 12 MiB file is a
+    multipart upload of 3 parts."""
+    monkeypatch.setattr(objstore, "PART_BYTES", 5 << 20, raising=False)
+    monkeypatch.setattr(objstore.time, "sleep", lambda s: None)
+    monkeypatch.setattr(objstore, "ATTEMPTS", 2)
+
+
+def _file(path: Path, size: int, seed: int = 0) -> Path:
+    path.write_bytes(np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes())
+    return path
+
+
+def test_an_interrupted_upload_leaves_no_object(s3, tmp_path, monkeypatch, parts):
+    """Ctrl-C in the middle of a multipart upload (two parts sent): the upload is aborted, no object appears under
+    the name, and no upload is left pending (pyarrow's stream would complete it with the bytes so far)."""
+    src = _file(tmp_path / "big.tar", (12 << 20) + 123)
     real_open = open
 
     class Interrupted:
@@ -455,7 +478,7 @@ def test_an_interrupted_upload_leaves_no_object(s3, tmp_path, monkeypatch):
 
         def read(self, n):
             self.reads += 1
-            if self.reads == 2:
+            if self.reads == 3:
                 raise KeyboardInterrupt
             return self.f.read(n)
 
@@ -468,10 +491,48 @@ def test_an_interrupted_upload_leaves_no_object(s3, tmp_path, monkeypatch):
     monkeypatch.setattr(objstore, "open", lambda *a, **k: Interrupted(real_open(*a, **k)), raising=False)
     with pytest.raises(KeyboardInterrupt):
         objstore.upload(src, "s3://bkt/interrupted/shards/train-000-000000.tar")
-    assert objstore.listdir("s3://bkt/interrupted/shards") == {}  # neither the final name nor the temporary one
+    assert objstore.listdir("s3://bkt/interrupted/shards") == {}
+    assert _pending_uploads(s3, "interrupted/") == []
     monkeypatch.undo()
     objstore.upload(src, "s3://bkt/interrupted/shards/train-000-000000.tar")
-    assert objstore.listdir("s3://bkt/interrupted/shards") == {"train-000-000000.tar": 1 << 20}
+    assert objstore.listdir("s3://bkt/interrupted/shards") == {"train-000-000000.tar": src.stat().st_size}
+    assert objstore.read_all("s3://bkt/interrupted/shards/train-000-000000.tar") == src.read_bytes()
+
+
+def test_a_shard_over_the_copy_limit_is_uploaded_once_and_never_copied(s3, tmp_path, parts):
+    """S3 refuses a CopyObject over 5 GiB (here the proxy, over 1 MiB): the upload went to a temporary key and was
+    moved there (one copy), so a shard over the limit failed after uploading itself 6 times. Now each byte is sent
+    once, to the final key: a multipart upload above PART_BYTES, one PutObject below."""
+    big, small = _file(tmp_path / "big.tar", (12 << 20) + 123, 1), _file(tmp_path / "small.json", 3000, 2)
+    s3.copy_limit = 1 << 20
+    try:
+        s3.reset()
+        objstore.upload(big, "s3://bkt/huge/shards/train-000-000000.tar")
+        assert s3.copies == 0 and s3.put_bytes == big.stat().st_size
+        s3.reset()
+        objstore.upload(small, "s3://bkt/huge/dataset.json")
+        assert s3.copies == 0 and s3.put_bytes == small.stat().st_size
+    finally:
+        s3.copy_limit = None
+    assert objstore.read_all("s3://bkt/huge/shards/train-000-000000.tar") == big.read_bytes()
+    assert objstore.read_all("s3://bkt/huge/dataset.json") == small.read_bytes()
+    assert objstore.listdir("s3://bkt/huge/shards") == {"train-000-000000.tar": big.stat().st_size}
+
+
+def test_a_part_that_stays_refused_aborts_the_upload_and_keeps_the_old_object(s3, tmp_path, parts):
+    """A part refused on every try: the run gets the error, the multipart upload is aborted (no parts left billed),
+    and the name keeps the whole object it held before."""
+    old, new = _file(tmp_path / "old.tar", 1000, 3), _file(tmp_path / "new.tar", (12 << 20) + 5, 4)
+    url = "s3://bkt/refused/shards/train-000-000000.tar"
+    objstore.upload(old, url)
+    s3.fail_part = 2
+    try:
+        with pytest.raises(MoquadError, match=r"cannot upload s3://bkt/refused/.*InternalError.*re-run the same"):
+            objstore.upload(new, url)
+    finally:
+        s3.fail_part = None
+    assert objstore.read_all(url) == old.read_bytes()
+    assert _pending_uploads(s3, "refused/") == []
 
 
 def test_verify_of_a_missing_bucket_is_one_error_line(s3, tmp_path):
