@@ -118,7 +118,7 @@ def different(tp, value, rules):
     elif tp is bool:
         new = not value
     elif tp is int:
-        new = 5 if value is None else value + 1
+        new = max(5, rules.get("ge", 0)) if value is None else value + 1
     elif tp is float:
         new = 12.5 if value is None else value / 2
     else:

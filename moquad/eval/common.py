@@ -162,7 +162,8 @@ def record(result: dict[str, Any], cfg: EvalConfig) -> dict[str, Any]:
                     f"; pre-trained at {trained['frames']} x {trained['size']}, dilations "
                     f"{','.join(map(str, trained['dilations']))}" + ("" if clip["matches_pretraining"] else
                                                                      " (DIFFERENT)")),
-            "test views": f"{cfg.num_clips} clips x {cfg.crops} crops per video"}
+            "test views": f"{cfg.num_clips} clip{'s' * (cfg.num_clips != 1)} x {cfg.crops} "
+                          f"crop{'s' * (cfg.crops != 1)} per video"}
     if result.get("checkpoint"):
         rows["checkpoint step"] = f"{result['checkpoint'].get('step')} (epoch {result['checkpoint'].get('epoch')})"
     result["protocol"] = {**rows, **result.get("protocol", {})}
