@@ -96,7 +96,7 @@ def with_clip(cfg: EvalConfig, *, warn: bool = False) -> EvalConfig:
     clip = trained or pretrain_clip(None)
     filled = dataclasses.replace(cfg, **{k: getattr(clip, k) for k in CLIP_KEYS if getattr(cfg, k) is None})
     line = clip_warning(filled, trained, cfg.recipe) if warn and trained else None
-    if line:
+    if line and dist.env_ranks()[0] == 0:  # one line, not one per rank under torchrun
         print(line, file=sys.stderr, flush=True)
     return filled
 
