@@ -54,6 +54,7 @@ from moquad import settings, synth
 from moquad.data.augment import normalize
 from moquad.data.store import Split
 from moquad.eval.clips import eval_clips
+from moquad.eval.common import with_clip
 from moquad.eval.features import read_features
 from moquad.eval.linear import fit_logistic
 from moquad.eval.retrieve import hits_at, knn_classify
@@ -297,7 +298,8 @@ def main() -> None:
     by_kind: dict[str, list[dict]] = defaultdict(list)
     everything = {}
     for run in args.runs:
-        cfg = settings.resolve(C.EvalConfig(), find_recipe(args.recipe), {"data": str(run / "data" / "shards")})
+        # the clip settings the recipe leaves unset: the paper's (no checkpoint here), dilation 2
+        cfg = with_clip(settings.resolve(C.EvalConfig(), find_recipe(args.recipe), {"data": str(run / "data" / "shards")}))
         splits = {s: Split(cfg.data, s) for s in ("train", "test")}
         cams = [camera_drift(run, splits[s]) for s in ("train", "test")]
         cam = None if cams[0] is None else tuple(cams)

@@ -245,8 +245,11 @@ def config_command(app: typer.Typer, name: str, cls: type, flags: Sequence[Flag 
 
         def command(**kw: Any) -> None:
             given = {k: v for f in named for k, v in _flag_values(cls, f, kw).items()}
-            recipe = _recipe(kw.pop("recipe", None), stage or "")
+            named_recipe = kw.pop("recipe", None)
+            recipe = _recipe(named_recipe, stage or "")
             cfg = settings.resolve(cls(), recipe, given, kw.pop("sets") or ())
+            if named_recipe and "recipe" in {f.name for f in dataclasses.fields(cls)}:  # results record it
+                cfg = dataclasses.replace(cfg, recipe=named_recipe)
             if _printed(cfg, kw.pop("print_config")):
                 return
             if check is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -22,6 +23,19 @@ from moquad.eval.protocols import PROTOCOLS, run
 app = typer.Typer()
 
 _CKPT_HINT = "pass a .pt written by `moquad pretrain` (RUN/checkpoints/last.pt)"
+_JSON_HELP = ("Also write a copy of the result JSON to this file (the result and its text table always go to "
+              "RUN/eval, or --out).")
+
+
+def _json_option() -> Any:
+    return typer.Option(None, "--json", help=_JSON_HELP)
+
+
+def _wrote(result: dict[str, Any], json_path: str | None) -> None:
+    """The line that says where a result went: RUN/eval (JSON and text table), and the --json copy."""
+    path = Path(result["json"])
+    copy = f"; copy: {json_path}" if json_path else ""
+    typer.echo(f"wrote {path} and {path.with_suffix('.txt').name}{copy}")
 
 
 def _checked(name: str) -> Callable[[C.EvalConfig], None]:
@@ -71,12 +85,10 @@ def extract(cfg: C.EvalConfig, split: str = typer.Option("test", help="Split to 
 @protocol_command("retrieve", "Examples: moquad retrieve --data /data/shards/ucf101 --checkpoint "
                   "runs/moquad/checkpoints/last.pt --json retrieval.json --knn-k 20 --knn-t 0.07  |  moquad retrieve "
                   "--data data/shards --checkpoint CKPT --recipe eval/cpu_demo.yaml --set ks=1,5")
-def retrieve(cfg: C.EvalConfig,
-             json: str | None = typer.Option(None, "--json", help="Also write the numbers to this JSON file.")
-             ) -> None:
+def retrieve(cfg: C.EvalConfig, json: str | None = _json_option()) -> None:
     """Nearest-neighbour retrieval (the test split queries the train split; hit@k for k in ks) and weighted-kNN
-    accuracy."""
-    run("retrieve", cfg, json_path=json)
+    accuracy. The clip is the checkpoint's pre-training clip unless --frames/--size/--dilation or a recipe set it."""
+    _wrote(run("retrieve", cfg, json_path=json), json)
 
 
 @protocol_command("linear", "Examples: moquad linear --data /data/shards/ucf101 --checkpoint "
@@ -84,11 +96,12 @@ def retrieve(cfg: C.EvalConfig,
                   "--checkpoint C --recipe eval/linear_ucf101.yaml  |  moquad linear --data data/shards --checkpoint C "
                   "--size 32 --frames 8 --num-clips 5")
 def linear(cfg: C.EvalConfig, fast: bool = typer.Option(True, "--fast/--full", help="Cached features (fast) or the "
-                                                         "CVRL protocol on clips (full).")) -> None:
+                                                         "CVRL protocol on clips (full)."),
+           json: str | None = _json_option()) -> None:
     """Linear probe on the frozen backbone (its weights and BN statistics are checked unchanged).
 
-    --full is the paper's protocol with --recipe eval/linear_<dataset>.yaml."""
-    run("linear", cfg, fast=fast)
+    --full is the paper's protocol with --recipe eval/linear_<dataset>.yaml (32-frame clips, as the paper's)."""
+    _wrote(run("linear", cfg, fast=fast, json_path=json), json)
 
 
 @protocol_command("finetune", "Examples: moquad finetune --data /data/shards/ucf101 --checkpoint "
@@ -97,12 +110,13 @@ def linear(cfg: C.EvalConfig, fast: bool = typer.Option(True, "--fast/--full", h
                   "bound at the demo's size)",
                   checkpoint_help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt); optional with "
                                   "--init random --backbone NAME.")
-def finetune(cfg: C.EvalConfig) -> None:
+def finetune(cfg: C.EvalConfig, json: str | None = _json_option()) -> None:
     """Fine-tune the whole network; multi-clip test, per-class table and confusion matrix.
 
-    The paper's protocol (batch 32, LARS 0.08, 10-clip x 3-crop test): --recipe eval/finetune_<dataset>.yaml.
-    --init random trains the same backbone from random init: the supervised bound."""
-    run("finetune", cfg)
+    Defaults: the paper's protocol (100 epochs, batch 32, LARS 0.08) at the checkpoint's pre-training clip; its
+    10-clip x 3-crop test: --recipe eval/finetune_<dataset>.yaml. --init random trains the same backbone from
+    random init: the supervised bound."""
+    _wrote(run("finetune", cfg, json_path=json), json)
 
 
 def _cam_paths(cfg: C.EvalConfig) -> None:
@@ -140,4 +154,10 @@ def export(cfg: C.ExportConfig) -> None:
     from moquad.export import export as run_export
 
     weights, card = run_export(cfg.checkpoint, cfg.format, cfg.out)
+    import json
+
+    from moquad.eval.common import eval_folder
+
+    for s in json.loads(card.read_text())["eval"].get("skipped", []):
+        typer.echo(f"skipped {eval_folder(cfg.checkpoint) / s['file']} (not in the card): {s['reason']}")
     typer.echo(f"wrote {weights} and its model card {card}")

@@ -387,7 +387,7 @@ class FinetuneConfig:
     # a BACKBONES row; None: the checkpoint's; needed for init=random alone
     backbone: str | None = rule(None, help="Backbone; the checkpoint's by default; with --init random it makes "
                                 "--checkpoint optional.")
-    epochs: int = rule(100, ge=1, help="Training epochs.")
+    epochs: int = rule(100, ge=1, help="Training epochs (the paper's 100; eval/cpu_demo.yaml: 60).")
     lr: float = rule(0.08, gt=0, help="Learning rate (as given, not scaled with the batch).")
     optimizer: str = "lars"  # a row of moquad.train.optimizers.OPTIMIZERS
     batch_size: int = rule(32, ge=1, help="Global training batch.")  # split evenly over ranks
@@ -412,9 +412,14 @@ class EvalConfig:
     test_split: str = rule("test", help="Manifest split to test on (retrieval: the queries); the SSv2 and K400 "
                            "recipes set val.")
     num_clips: int = rule(10, ge=1, help="Uniformly spaced test clips per video.")
-    frames: int = rule(16, ge=1, help="Frames per clip.")
-    dilation: int = rule(2, ge=1, help="Frame step inside a clip.")
-    size: int = rule(224, ge=8, help="Crop size; use the pre-training size.")
+    # the clip: None = the checkpoint's pre-training clip (moquad.eval.common.with_clip); a value that differs
+    # from it is evaluated as given, with a warning naming both
+    frames: int | None = rule(None, ge=1, help="Frames per clip (default: the checkpoint's pre-training frames; "
+                              "without a checkpoint 16).")
+    dilation: int | None = rule(None, ge=1, help="Frame step inside a clip (default: 2, kept inside the range of "
+                                "the checkpoint's pre-training dilations).")
+    size: int | None = rule(None, ge=8, help="Crop size (default: the checkpoint's pre-training size; without a "
+                            "checkpoint 224).")
     # 3 crops (the paper's action-recognition test) in the eval recipes
     crops: int = rule(1, choices=(1, 3), help="Test crops per clip: 1 (centre) or 3 (the paper's action-recognition "
                       "test).")
@@ -430,6 +435,7 @@ class EvalConfig:
     device: str = rule("auto", choices=DEVICES, help="Where to run.")
     linear: LinearConfig = field(default_factory=LinearConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    recipe: str | None = None  # the --recipe this config came from (set by the command; results record it)
 
     def __post_init__(self) -> None:
         check(self)

@@ -20,10 +20,14 @@ moquad pools globally, hence the AdaptiveAvgPool3d above.
 key names for the three torchvision architectures, moquad's own (``moquad.models.build_backbone``)
 for ``r3d_50`` and ``tiny``; the card says how to build and load it.
 
-The card (FILE with the suffix ``.json``): the resolved pre-train config from the checkpoint, the
-checkpoint's sha256, the checksum of the pre-training split's manifest (null, with the reason, when
-it cannot be read), and the headline numbers of the evaluations in ``RUN/eval/*.json`` that were made
-from this very checkpoint (same sha256). Files are written atomically (temp + rename).
+The card (FILE with the suffix ``.json``): the resolved pre-train config from the checkpoint, its
+pre-training clip (:func:`moquad.eval.clips.pretrain_clip`), the checkpoint's sha256, the checksum of
+the pre-training split's manifest (null, with the reason, when it cannot be read), and the headline
+numbers of the evaluations in ``RUN/eval/*.json`` made from this very checkpoint (same sha256), each
+with the protocol that made it (clip, test views, splits, data checksums, checkpoint step). A result
+of another checkpoint, or one that records no protocol, is never copied: it is listed under
+``eval.skipped`` with the reason (and ``moquad export`` prints a line for it). Files are written
+atomically (temp + rename).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import moquad
 from moquad.config import EXPORT_FORMATS
 from moquad.data.augment import MEAN, STD
 from moquad.data.store import manifest_checksum, read_manifest
+from moquad.eval.clips import pretrain_clip
 from moquad.eval.common import eval_folder, sha256_file
 from moquad.io import atomic_write
 from moquad.models import BACKBONES, INPUTS, build_backbone
@@ -86,29 +91,52 @@ def _data_checksum(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**out, "videos": table.num_rows, "manifest_checksum": manifest_checksum(table)}
 
 
+def _stale(res: dict[str, Any], sha: str) -> str | None:
+    """Why a result may not go into this checkpoint's card; None when it may."""
+    made = (res.get("checkpoint") or {}).get("sha256")
+    if made != sha:
+        return (f"made from another checkpoint (sha256 {str(made)[:12]}, this one {sha[:12]})" if made else
+                "records no checkpoint")
+    if not isinstance(res.get("clip"), dict) or not isinstance(res.get("views"), dict):
+        return "records no protocol (clip, test views): made by an older moquad; re-run the evaluation"
+    return None
+
+
+def result_protocol(res: dict[str, Any]) -> dict[str, Any]:
+    """The protocol of an evaluation result, as a card states it beside the numbers."""
+    data = res.get("data") or {}
+    return {"clip": res["clip"], "views": res["views"], "splits": res.get("splits"),
+            "data": {"dir": data.get("dir"), "manifests": data.get("manifests")},
+            "checkpoint_step": res["checkpoint"].get("step"), "recipe": (res.get("config") or {}).get("recipe")}
+
+
 def _eval_results(ckpt_path: Path, sha: str) -> dict[str, Any]:
-    """Headline numbers of RUN/eval/*.json made from this checkpoint; others listed as stale."""
+    """Headline numbers of RUN/eval/*.json made from this checkpoint, each with its protocol; every other result
+    file listed under ``skipped`` with the reason."""
     found: dict[str, Any] = {}
-    stale = []
+    skipped = []
     for path in sorted(eval_folder(ckpt_path).glob("*.json")):
         try:
             res = json.loads(path.read_text())
         except (OSError, ValueError):
+            skipped.append({"file": path.name, "reason": "not readable as JSON"})
             continue
         if not isinstance(res, dict) or "task" not in res:
+            continue  # not an evaluation result (a file of the user's)
+        reason = _stale(res, sha)
+        if reason:
+            skipped.append({"file": path.name, "reason": reason})
             continue
-        if res.get("checkpoint", {}).get("sha256") != sha:
-            stale.append(path.name)
-            continue
-        found[path.stem] = {"task": res["task"], **{k: res[k] for k in HEADLINES if k in res}}
-    return {"results": found, "other_checkpoint": stale} if stale else {"results": found}
+        found[path.stem] = {"task": res["task"], **{k: res[k] for k in HEADLINES if k in res},
+                            "protocol": result_protocol(res)}
+    return {"results": found, "skipped": skipped} if skipped else {"results": found}
 
 
 def model_card(ckpt: dict[str, Any], ckpt_path: Path, fmt: str, out: Path, sha: str) -> dict[str, Any]:
     """The JSON written beside an export (see the module docstring)."""
     cfg = ckpt["config"]
     arch, model_input = cfg["backbone"], cfg.get("model_input", DEFAULT_INPUT)
-    loader = cfg.get("loader") or {}
+    clip = pretrain_clip(cfg)
     return {
         "moquad_version": moquad.__version__,
         "file": out.name, "format": fmt, "file_sha256": sha256_file(out),
@@ -119,8 +147,8 @@ def model_card(ckpt: dict[str, Any], ckpt_path: Path, fmt: str, out: Path, sha: 
         "not_exported": (list(TORCHVISION[arch].head) if arch in TORCHVISION else [])
         + ["MoQuad projection head (head.*: pre-training only)"],
         "input": {"layout": "(N, 3, T, H, W) float32", "normalize": "(x / 255 - mean) / std, RGB",
-                  "mean": list(MEAN), "std": list(STD), "pretrain_frames": loader.get("frames"),
-                  "pretrain_size": loader.get("size"),
+                  "mean": list(MEAN), "std": list(STD), "pretrain_frames": clip.frames,
+                  "pretrain_size": clip.size, "pretrain_dilations": list(clip.dilations),
                   "transform": INPUTS[model_input][1] + ("" if INPUTS[model_input][0] is None else
                                                          "; apply it before the exported network")},
         "checkpoint": {"path": str(ckpt_path.resolve()), "sha256": sha, "step": ckpt.get("step"),

@@ -55,7 +55,7 @@ def demo_pretrain_config(data: Path, out: Path, method: str, epochs: int | None 
 def demo_eval_config(data: Path, checkpoint: Path, out: Path) -> C.EvalConfig:
     """What ``moquad retrieve --data DATA --checkpoint CKPT --recipe eval/cpu_demo.yaml --out OUT`` resolves to."""
     return settings.resolve(C.EvalConfig(), demo_recipe(EVAL_RECIPE), dict(data=str(data), checkpoint=str(checkpoint),
-                                                                    out=str(out)))
+                                                                    out=str(out), recipe=EVAL_RECIPE))
 
 
 def _plot(results: dict[str, dict], chance: float, path: Path) -> None:

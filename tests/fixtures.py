@@ -102,8 +102,10 @@ def coded_dataset(
     return write_dataset(out, videos, videos_per_shard=videos_per_shard)
 
 
-def make_checkpoint(path: Path, seed: int = 0, backbone: str = "tiny", data: str = "") -> Path:
-    """A pretrain checkpoint of a random model (BN statistics and scales made non-trivial), full resolved config."""
+def make_checkpoint(path: Path, seed: int = 0, backbone: str = "tiny", data: str = "",
+                    loader: dict | None = None) -> Path:
+    """A pretrain checkpoint of a random model (BN statistics and scales made non-trivial), full resolved config;
+    ``loader``: pre-training clip settings other than the defaults (``{"frames": 8, "size": 32}``)."""
     import torch
 
     from moquad import config as C
@@ -117,7 +119,8 @@ def make_checkpoint(path: Path, seed: int = 0, backbone: str = "tiny", data: str
             m.running_mean.uniform_(-0.2, 0.2)
             m.running_var.uniform_(0.5, 1.5)
             m.weight.data.uniform_(0.5, 1.5)
-    cfg = C.to_dict(C.PretrainConfig(backbone=backbone, data=data, proj_dim=16, proj_hidden=32, epochs=3))
+    cfg = C.to_dict(C.PretrainConfig(backbone=backbone, data=data, proj_dim=16, proj_hidden=32, epochs=3,
+                                     loader=C.LoaderConfig(**(loader or {}))))
     return checkpoint.save({"model": model.state_dict(), "optimizer": {}, "step": 7, "epoch": 2, "config": cfg,
                             "seeds": {"seed": seed}, "moquad_version": "test", "git": None}, path)
 

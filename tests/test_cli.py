@@ -118,7 +118,7 @@ def different(tp, value, rules):
     elif tp is bool:
         new = not value
     elif tp is int:
-        new = 5 if value is None else value + 1
+        new = max(5, rules.get("ge", 0)) if value is None else value + 1
     elif tp is float:
         new = 12.5 if value is None else value / 2
     else:
@@ -158,7 +158,7 @@ def test_recipe_by_name_and_split_flag(tmp_path):
     (tmp_path / "c.pt").write_bytes(b"")
     got = printed_config("retrieve", "--data", tmp_path, "--checkpoint", tmp_path / "c.pt", "--recipe", "cpu_demo")
     want = C.update(C.EvalConfig(), {**load_recipe("eval/cpu_demo.yaml"), "data": str(tmp_path),
-                                     "checkpoint": str(tmp_path / "c.pt")})
+                                     "checkpoint": str(tmp_path / "c.pt"), "recipe": "cpu_demo"})
     assert got == C.to_dict(want)  # eval's cpu_demo (the name is in two stages: the command picks its own)
     got = printed_config("preprocess", "hmdb51", tmp_path, "--out", tmp_path / "o", "--official-split", 2)
     assert got["official_split"] == 2 and "split" not in got

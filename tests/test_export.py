@@ -118,9 +118,15 @@ def test_cli_export_model_card_with_data_and_eval_results(tmp_path):
     assert card["pretrain_config"] == checkpoint.load(ckpt)["config"]
     assert card["data"]["manifest_checksum"] == manifest_checksum(read_manifest(data, "train"))
     assert card["data"]["videos"] == 9
-    assert card["eval"]["results"]["retrieval"] == {
+    got = card["eval"]["results"]["retrieval"]
+    assert {k: got[k] for k in ("task", "top1", "top5", "knn_top1", "knn_top5")} == {
         "task": "retrieval", **{k: res[k] for k in ("top1", "top5", "knn_top1", "knn_top5")}}
-    assert card["eval"]["other_checkpoint"] == ["linear_fast.json"]
+    assert got["protocol"]["clip"]["frames"] == 4 and got["protocol"]["views"] == {"clips": 1, "crops": 1,
+                                                                                  "per_video": 1}
+    assert got["protocol"]["checkpoint_step"] == 7 and got["protocol"]["splits"] == {"train": "train", "test": "test"}
+    assert [s["file"] for s in card["eval"]["skipped"]] == ["linear_fast.json"]
+    assert "another checkpoint" in card["eval"]["skipped"][0]["reason"]
+    assert "skipped " in run.stdout and "linear_fast.json (not in the card): made from another checkpoint" in run.stdout
     assert load_file(out).keys() == build_backbone("tiny")[0].state_dict().keys()
 
 

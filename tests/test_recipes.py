@@ -46,7 +46,11 @@ def test_defaults_are_the_papers_main_setting():
     ev = C.EvalConfig()  # fine-tuning: 100 epochs, batch 32, LARS 0.08, 16 frames at dilation 2; 10 clips per video
     ft = ev.finetune
     assert (ft.init, ft.epochs, ft.batch_size, ft.optimizer, ft.lr) == ("checkpoint", 100, 32, "lars", 0.08)
-    assert (ev.frames, ev.dilation, ev.size, ev.num_clips) == (16, 2, 224, 10)
+    assert (ev.frames, ev.dilation, ev.size, ev.num_clips) == (None, None, None, 10)  # the checkpoint's clip
+    from moquad.eval.common import with_clip
+
+    paper = with_clip(ev)  # no checkpoint: the paper's pre-training clip, at its evaluation dilation
+    assert (paper.frames, paper.dilation, paper.size) == (16, 2, 224)
     assert C.PreprocessConfig().short_side == 256  # 224 crops from full-resolution frames (CVRL)
 
 
@@ -106,7 +110,12 @@ def test_ablation_switches():
 
 @pytest.mark.parametrize("path", EVAL, ids=lambda p: p.stem)
 def test_eval_recipe(path):
-    cfg = settings.resolve(C.EvalConfig(), path, {})
+    from moquad.eval.common import with_clip
+
+    raw = settings.resolve(C.EvalConfig(), path, {})
+    assert raw.size is None  # every protocol tests at the checkpoint's crop size
+    assert raw.frames == (32 if path.stem.startswith("linear") else None)  # the paper's linear protocol: 32 frames
+    cfg = with_clip(raw)  # no checkpoint: the paper's pre-training clip (16 x 224)
     # "densely samples 10 clips from each video"; retrieval: 10 uniform clips averaged
     assert (cfg.size, cfg.num_clips) == (224, 10)
     if path.stem.startswith("finetune"):  # 100 epochs, batch 32, LARS 0.08, 16 frames dilation 2, 3-crop test

@@ -13,12 +13,61 @@ random square crop, random horizontal flip unless the protocol's ``flip`` is off
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from moquad.config import LoaderConfig, PretrainConfig
 from moquad.data.clip_frames import random_clip, uniform_clips
 from moquad.data.store import Split
+
+EVAL_DILATION = 2  # the paper's evaluation dilation (fine-tuning: 16 frames at 2; linear: 32 at stride 2)
+
+
+@dataclass(frozen=True)
+class PretrainClip:
+    """The clip an encoder was pre-trained on: frames, crop size, the dilations its clips were drawn at, the
+    model input (``moquad.models.INPUTS``)."""
+
+    frames: int
+    size: int
+    dilations: tuple[int, ...]
+    model_input: str
+
+    @property
+    def dilation(self) -> int:
+        """The evaluation dilation of this encoder: the paper's (2) clamped to the range its clips were drawn
+        over, so (1, 2, 4) -> 2, (1, 4) -> 2, (4, 8) -> 4, simclr_classic at 3 -> 3."""
+        return min(max(EVAL_DILATION, self.dilations[0]), self.dilations[-1])
+
+    def fits(self, dilation: int) -> bool:
+        """Whether ``dilation`` lies in the range the encoder was pre-trained over (a speed between two it saw)."""
+        return self.dilations[0] <= dilation <= self.dilations[-1]
+
+    def text(self) -> str:
+        """``8x32 (dilations 1,4)``: how a warning or a table names it."""
+        return f"{self.frames}x{self.size} (dilations {','.join(map(str, self.dilations))})"
+
+
+def pretrain_clip(config: Mapping[str, Any] | None) -> PretrainClip:
+    """The pre-training clip of a checkpoint's (or a model card's) config dict: THE reader of it (evaluation
+    defaults, ``moquad motion``, the export card). Settings it lacks are the config defaults (the paper's
+    16 x 224), so a config of None (no checkpoint: fine-tuning from random init) gives those.
+
+    >>> pretrain_clip({"loader": {"frames": 8, "size": 32, "dilations": [4, 8]}}).dilation
+    4
+    """
+    config = config or {}
+    loader = {**{k: getattr(LoaderConfig, k) for k in ("frames", "size", "simclr_dilation")},
+              "dilations": LoaderConfig().dilations, **(config.get("loader") or {})}
+    classic = config.get("method") == "simclr_classic"  # two clips at one dilation (moquad.train.methods)
+    dilations = (int(loader["simclr_dilation"]),) if classic else tuple(sorted(int(d) for d in loader["dilations"]))
+    return PretrainClip(int(loader["frames"]), int(loader["size"]), dilations,
+                        str(config.get("model_input") or PretrainConfig.model_input))
 
 
 def resize_short(x: torch.Tensor, size: int) -> torch.Tensor:

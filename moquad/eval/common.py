@@ -1,12 +1,16 @@
 """Shared plumbing of the evaluation stage: device and ranks, the run-folder layout, the splits a protocol uses,
-the checkpoint hash, the frozen-backbone check."""
+the checkpoint hash, the clip a protocol evaluates at (the checkpoint's unless set) and what a result records of
+it, the frozen-backbone check."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -15,6 +19,10 @@ from moquad import dist
 from moquad.config import EvalConfig
 from moquad.data.store import Split
 from moquad.errors import MoquadError
+from moquad.eval.clips import PretrainClip, pretrain_clip
+from moquad.io import atomic_write_bytes
+
+CLIP_KEYS = ("frames", "size", "dilation")  # EvalConfig's clip settings: None = the checkpoint's
 
 
 def resolve_device(name: str) -> torch.device:
@@ -43,9 +51,13 @@ def sha256_file(path: str | Path) -> str:
 
 def checkpoint_sha256(path: str | Path) -> str:
     """:func:`sha256_file` of a checkpoint, with the error a user acts on when it is missing."""
+    return sha256_file(_need_checkpoint(path))
+
+
+def _need_checkpoint(path: str | Path) -> str | Path:
     if not Path(path).is_file():
         raise FileNotFoundError(f"checkpoint {path} not found; pass --checkpoint RUN/checkpoints/last.pt")
-    return sha256_file(path)
+    return path
 
 
 @functools.lru_cache(maxsize=64)
@@ -55,6 +67,118 @@ def _sha256(path: str, size: int, mtime_ns: int, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def checkpoint_facts(path: str | Path) -> dict[str, Any]:
+    """``config``, ``step`` and ``epoch`` of a checkpoint, read once per file version (as :func:`sha256_file`)."""
+    st = os.stat(_need_checkpoint(path))
+    return _facts(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _facts(path: str, size: int, mtime_ns: int) -> dict[str, Any]:
+    from moquad.train.checkpoint import load
+
+    ckpt = load(path)
+    return {"config": ckpt.get("config") or {}, "step": ckpt.get("step"), "epoch": ckpt.get("epoch")}
+
+
+def trained_clip(cfg: EvalConfig) -> PretrainClip | None:
+    """The pre-training clip of ``cfg.checkpoint`` (:func:`moquad.eval.clips.pretrain_clip`); None without one."""
+    return pretrain_clip(checkpoint_facts(cfg.checkpoint)["config"]) if cfg.checkpoint else None
+
+
+def with_clip(cfg: EvalConfig, *, warn: bool = False) -> EvalConfig:
+    """``cfg`` with each clip setting left unset (None) taken from the checkpoint's pre-training clip (none: the
+    paper's 16 x 224 at dilation 2; the dilation: :attr:`PretrainClip.dilation`). ``warn``: one ``warning:`` line on stderr when a setting given by a flag or
+    a recipe differs from the pre-training clip, naming both and who set it (the commands warn, once)."""
+    trained = trained_clip(cfg)
+    clip = trained or pretrain_clip(None)
+    filled = dataclasses.replace(cfg, **{k: getattr(clip, k) for k in CLIP_KEYS if getattr(cfg, k) is None})
+    line = clip_warning(filled, trained, cfg.recipe) if warn and trained else None
+    if line and dist.env_ranks()[0] == 0:  # one line, not one per rank under torchrun
+        print(line, file=sys.stderr, flush=True)
+    return filled
+
+
+def clip_warning(cfg: Any, trained: PretrainClip, recipe: str | None = None, *, who: str | None = None,
+                 encoder: str = "the encoder") -> str | None:
+    """``warning: evaluating at 16x224 but the encoder was pre-trained at 8x32 (--frames/--size set it)`` when
+    ``cfg``'s frames / size / dilation (any object with those; dilation None: not compared) differ from
+    ``trained``; else None. A setting ``recipe`` gives is named as the recipe's (``recipe
+    eval/linear_ucf101.yaml sets frames``); ``who`` replaces the whole "who set it" part."""
+    differ = [k for k in ("frames", "size") if getattr(cfg, k) != getattr(trained, k)]
+    if getattr(cfg, "dilation", None) is not None and not trained.fits(cfg.dilation):
+        differ.append("dilation")
+    if not differ:
+        return None
+
+    def at(frames: int, size: int, dilation: Any) -> str:
+        return f"{frames}x{size}" + (f" at dilation {dilation}" if "dilation" in differ else "")
+
+    given = _recipe_values(recipe)
+    by_recipe = [k for k in differ if given.get(k) == getattr(cfg, k)]
+    flags = [f"--{k}" for k in differ if k not in by_recipe]
+    who = who or "; ".join(([f"recipe {recipe} sets {', '.join(by_recipe)}"] if by_recipe else []) + (
+        [f"{'/'.join(flags)} set{'s' if len(flags) == 1 else ''} it"] if flags else []))
+    return (f"warning: evaluating at {at(cfg.frames, cfg.size, cfg.dilation)} but {encoder} was pre-trained at "
+            f"{at(trained.frames, trained.size, ','.join(map(str, trained.dilations)))} ({who})")
+
+
+def _recipe_values(recipe: str | None) -> dict[str, Any]:
+    if not recipe:
+        return {}
+    from moquad.recipes import find_recipe, load_recipe
+
+    try:
+        return load_recipe(find_recipe(recipe, "eval"))
+    except (OSError, ValueError):
+        return {}
+
+
+def clip_record(cfg: EvalConfig) -> dict[str, Any]:
+    """What a result records of its clip and test views, and of the clip the encoder was pre-trained at."""
+    trained = trained_clip(cfg)
+    return {
+        "clip": {"frames": cfg.frames, "size": cfg.size, "dilation": cfg.dilation,
+                 "model_input": trained.model_input if trained else pretrain_clip(None).model_input,
+                 "pretrained": dataclasses.asdict(trained) if trained else None,
+                 "matches_pretraining": None if trained is None else clip_warning(cfg, trained) is None},
+        "views": {"clips": cfg.num_clips, "crops": cfg.crops, "per_video": cfg.num_clips * cfg.crops},
+    }
+
+
+def record(result: dict[str, Any], cfg: EvalConfig) -> dict[str, Any]:
+    """Add to ``result`` (from :func:`moquad.eval.report.provenance`) the clip, test views, checkpoint step and
+    epoch, and the same in its ``protocol`` (the rows of the text table)."""
+    rec = clip_record(cfg)
+    result.update(rec)
+    if result.get("checkpoint") and cfg.checkpoint:
+        facts = checkpoint_facts(cfg.checkpoint)
+        result["checkpoint"].update(step=facts["step"], epoch=facts["epoch"])
+    clip, trained = rec["clip"], rec["clip"]["pretrained"]
+    rows = {"clip": f"{clip['frames']} frames x {clip['size']} px, dilation {clip['dilation']}, input "
+                    f"{clip['model_input']}" + ("" if trained is None else
+                    f"; pre-trained at {trained['frames']} x {trained['size']}, dilations "
+                    f"{','.join(map(str, trained['dilations']))}" + ("" if clip["matches_pretraining"] else
+                                                                     " (DIFFERENT)")),
+            "test views": f"{cfg.num_clips} clip{'s' * (cfg.num_clips != 1)} x {cfg.crops} "
+                          f"crop{'s' * (cfg.crops != 1)} per video"}
+    if result.get("checkpoint"):
+        rows["checkpoint step"] = f"{result['checkpoint'].get('step')} (epoch {result['checkpoint'].get('epoch')})"
+    result["protocol"] = {**rows, **result.get("protocol", {})}
+    return result
+
+
+def copy_result(written: str | Path, json_path: str | Path | None) -> Path | None:
+    """``--json PATH``: a copy of the result JSON ``written`` (in RUN/eval) at ``json_path``, nothing else beside
+    it; rank 0 writes."""
+    if json_path is None or Path(json_path).resolve() == Path(written).resolve():
+        return None
+    if dist.is_dist() and dist.get_rank() != 0:
+        return Path(json_path)
+    atomic_write_bytes(json_path, Path(written).read_bytes())
+    return Path(json_path)
 
 
 def run_folder(checkpoint: str | Path) -> Path:

@@ -1,7 +1,8 @@
 """Video-level features of a frozen pre-trained backbone, cached as a Lance dataset.
 
 Per video: ``cfg.num_clips`` uniformly spaced clips of ``cfg.frames`` frames at
-``cfg.dilation`` (see :mod:`moquad.eval.clips`), each as a centre crop or 3 crops; the
+``cfg.dilation`` (see :mod:`moquad.eval.clips`; unset: the checkpoint's pre-training clip), each as a
+centre crop or 3 crops; the
 backbone's pooled feature (before the projection head, model in eval mode) of every
 view; the plain mean over all views. Features are NOT L2-normalised in the cache
 (retrieval / probes normalise as their protocol says).
@@ -47,6 +48,7 @@ from moquad.eval.common import (
     out_dir,
     resolve_device,
     snapshot,
+    with_clip,
 )
 from moquad.objstore import is_url
 from moquad.train.checkpoint import load_model
@@ -145,7 +147,9 @@ def _write(path: Path, split: Split, rows_emb: np.ndarray, meta: dict[str, Any])
 
 
 def extract(cfg: EvalConfig, split: str, *, force: bool = False) -> Path:
-    """Extract (or reuse) the features of ``split`` -> path of the Lance dataset (same on every rank)."""
+    """Extract (or reuse) the features of ``split`` -> path of the Lance dataset (same on every rank); the clip
+    settings left unset are the checkpoint's (:func:`moquad.eval.common.with_clip`)."""
+    cfg = with_clip(cfg)
     data = Split(cfg.data, split)
     if len(data) == 0:
         raise ValueError(f"split {split!r} of {cfg.data} has no videos; check manifests/errors.parquet")

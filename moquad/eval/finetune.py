@@ -46,7 +46,16 @@ from moquad.data.augment import normalize
 from moquad.data.store import Split
 from moquad.errors import MoquadError
 from moquad.eval.clips import TrainClips, labelled
-from moquad.eval.common import checkpoint_sha256, dist_env, labelled_splits, out_dir, resolve_device
+from moquad.eval.common import (
+    checkpoint_sha256,
+    copy_result,
+    dist_env,
+    labelled_splits,
+    out_dir,
+    record,
+    resolve_device,
+    with_clip,
+)
 from moquad.eval.linear import cosine, predict_views
 from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
 from moquad.io import atomic_write_bytes
@@ -187,7 +196,8 @@ def _protocol(cfg: EvalConfig, world: int) -> dict[str, Any]:
 
 def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None) -> dict[str, Any]:
     """Fine-tune (from the checkpoint, or from random init) on ``cfg.train_split``, test on ``cfg.test_split``;
-    write results."""
+    write results to ``out_dir(cfg)``, and a copy of the JSON to ``json_path`` when given."""
+    cfg = with_clip(cfg)
     rank, world = dist_env()
     if cfg.finetune.batch_size % world:
         raise MoquadError(f"finetune.batch_size {cfg.finetune.batch_size} is the global batch; "
@@ -218,9 +228,11 @@ def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None) -> dict[st
     result["predictions"] = [{"video_id": str(test.video_id[i]), "label": int(y), "pred": int(p.argmax())}
                              for i, y, p in zip(test_rows, labels, probs)]
     result["confusion_png"], result["model"] = str(png), str(model_path)
-    json_path = Path(json_path) if json_path else out / f"{name}.json"
-    write_result(result, json_path, [*accuracy_tables("fine-tuning", report), protocol_table("protocol", result)])
+    record(result, cfg)
+    path = write_result(result, out / f"{name}.json", [*accuracy_tables("fine-tuning", report),
+                                                       protocol_table("protocol", result)])
+    copy_result(path, json_path)
     dist.barrier()  # files written by rank 0 exist when any rank returns
-    result["json"] = str(json_path)
+    result["json"] = str(path)
     return result
 

@@ -31,7 +31,16 @@ from moquad.data import store
 from moquad.data.augment import normalize
 from moquad.data.store import Split
 from moquad.eval.clips import TestViews, TrainClips, labelled
-from moquad.eval.common import check_unchanged, labelled_splits, out_dir, resolve_device, snapshot
+from moquad.eval.common import (
+    check_unchanged,
+    copy_result,
+    labelled_splits,
+    out_dir,
+    record,
+    resolve_device,
+    snapshot,
+    with_clip,
+)
 from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
 from moquad.train.checkpoint import load_model
 from moquad.train.optimizers import make_optimizer
@@ -150,14 +159,17 @@ def _cvrl(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tup
 
 def linear(cfg: EvalConfig, fast: bool = True, *, json_path: str | Path | None = None) -> dict[str, Any]:
     """Linear probe (``fast`` on cached features, else the CVRL protocol) trained on ``cfg.train_split``, tested on
-    ``cfg.test_split``; writes JSON + tables."""
+    ``cfg.test_split``; writes JSON + tables to ``out_dir(cfg)``, and a copy of the JSON to ``json_path`` when
+    given."""
+    cfg = with_clip(cfg)
     train, test = labelled_splits(cfg, "the linear probe")
     report, proto = (_fast if fast else _cvrl)(cfg, store.classes(cfg.data), train, test)
     result = provenance(cfg, train, test)
     result.update(task="linear", protocol=proto, **report)
+    record(result, cfg)
     name = "linear_fast" if fast else "linear_cvrl"
-    json_path = Path(json_path) if json_path else out_dir(cfg) / f"{name}.json"
-    write_result(result, json_path, [*accuracy_tables(f"linear probe ({name})", report),
-                                     protocol_table("protocol", result)])
-    result["json"] = str(json_path)
+    path = write_result(result, out_dir(cfg) / f"{name}.json", [*accuracy_tables(f"linear probe ({name})", report),
+                                                                protocol_table("protocol", result)])
+    copy_result(path, json_path)
+    result["json"] = str(path)
     return result

@@ -41,7 +41,7 @@ from moquad.data.augment import normalize
 from moquad.data.clip_frames import clip_span, uniform_clips
 from moquad.data.store import Split, read_info
 from moquad.errors import MoquadError
-from moquad.eval.clips import resize_short, spatial_crops
+from moquad.eval.clips import pretrain_clip, resize_short, spatial_crops
 from moquad.models.backbones import DEFAULT_INPUT
 
 # ----------------------------------------------------------------------------- the transforms
@@ -392,9 +392,13 @@ def pick_split(data: str | Path, split: str | None) -> str:
 
 
 def geometry(encoders: Sequence[Encoder], frames: int | None, size: int | None) -> tuple[int, int]:
-    """Clip frames and crop size: as given, else the first encoder's pre-training clip, else 16 x 112."""
-    loader = next((e.info.get("loader") for e in encoders if e.info.get("loader")), {}) or {}
-    return int(frames or loader.get("frames") or 16), int(size or loader.get("size") or 112)
+    """Clip frames and crop size: as given, else the first moquad encoder's pre-training clip
+    (:func:`moquad.eval.clips.pretrain_clip` of its info), else 16 x 112 (torchvision's Kinetics models)."""
+    first = next((e for e in encoders if e.info.get("loader")), None)
+    if first is None:
+        return int(frames or 16), int(size or 112)
+    clip = pretrain_clip(first.info)
+    return int(frames or clip.frames), int(size or clip.size)
 
 
 def motion_report(data: str | Path, encoders: Sequence[Encoder], *, split: str | None = None, frames: int | None = None,

@@ -57,5 +57,10 @@ PROTOCOLS: dict[str, Protocol] = {
 
 def run(name: str, cfg: EvalConfig, **options: Any) -> Any:
     """Run protocol ``name`` of :data:`PROTOCOLS` on ``cfg``; ``options``: the protocol's own keywords
-    (``split`` of extract, ``json_path`` of retrieve, ``fast`` of linear, ``video`` and ``out`` of cam ...)."""
-    return PROTOCOLS[name].runner()(cfg=cfg, **options)
+    (``split`` of extract, ``json_path`` of retrieve, ``fast`` of linear, ``video`` and ``out`` of cam ...).
+
+    The clip settings ``cfg`` leaves unset are the checkpoint's pre-training clip; one set to something else
+    prints one warning line naming both (:func:`moquad.eval.common.with_clip`)."""
+    from moquad.eval.common import with_clip  # imports torch: not when the table is read
+
+    return PROTOCOLS[name].runner()(cfg=with_clip(cfg, warn=True), **options)

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from moquad.config import EvalConfig
 from moquad.eval.ann import lance_nearest, recall_at
-from moquad.eval.common import labelled_splits, out_dir, resolve_device
+from moquad.eval.common import copy_result, labelled_splits, out_dir, record, resolve_device, with_clip
 from moquad.eval.features import extract, read_features
 from moquad.eval.report import protocol_table, provenance, write_result
 from moquad.eval.search import TIE_DECIMALS, as_tensor, nearest, pair_similarities, prepare
@@ -92,7 +92,9 @@ def _tables(cfg: EvalConfig, result: dict[str, Any], title: str) -> list[Table]:
 
 def retrieve(cfg: EvalConfig, json_path: str | Path | None = None) -> dict[str, Any]:
     """Run the retrieval protocol and weighted kNN, ``cfg.test_split`` querying ``cfg.train_split`` (extracting
-    features first when not cached); write JSON + tables."""
+    features first when not cached); write JSON + tables to ``out_dir(cfg)``, and a copy of the JSON to
+    ``json_path`` when given."""
+    cfg = with_clip(cfg)
     gallery, queries = labelled_splits(cfg, "retrieval")
     query_split, gallery_split = queries.split, gallery.split
     q_path, g_path = extract(cfg, query_split), extract(cfg, gallery_split)
@@ -132,8 +134,9 @@ def retrieve(cfg: EvalConfig, json_path: str | Path | None = None) -> dict[str, 
         result["lance"] = {**hits_at(approx, ql, np.append(gl, -2), cfg.ks), **recall_at(approx, exact, cfg.ks)}
     title = (f"retrieval: {len(q)} {query_split} queries vs {len(g)} {gallery_split} videos"
              f"{' (centred)' if cfg.center else ''}")
-    if json_path is None:
-        json_path = out_dir(cfg) / f"retrieval{'_center' if cfg.center else ''}.json"
-    write_result(result, json_path, _tables(cfg, result, title))
-    result["json"] = str(json_path)
+    record(result, cfg)
+    path = write_result(result, out_dir(cfg) / f"retrieval{'_center' if cfg.center else ''}.json",
+                        _tables(cfg, result, title))
+    copy_result(path, json_path)
+    result["json"] = str(path)
     return result
