@@ -186,10 +186,11 @@ class GpuSampler(threading.Thread):
 
 
 def pretrain_run(data: Path, run: Path, mode: str, workers: int, batch: int, epochs: int, *, backbone: str = "r3d_18",
-                 frames: int = 16, size: int = 112, device: str = "cuda", prefix: tuple[str, ...] = ()) -> dict:
+                 frames: int = 16, size: int = 112, device: str = "cuda", prefix: tuple[str, ...] = (),
+                 drop: bool = True) -> dict:
     """``moquad pretrain`` in a subprocess (``prefix``: e.g. ``taskset -c 0,1``), its steady clips/s and data wait
-    from log.jsonl and the GPU's mean NVML utilisation over the same steps."""
-    dropped = drop_page_cache()
+    from log.jsonl and the GPU's mean NVML utilisation over the same steps; ``drop``: the page cache first."""
+    dropped = drop and drop_page_cache()
     cmd = [*prefix, sys.executable, "-m", "moquad.cli", "pretrain", "--data", str(data), "--out", str(run),
            "--backbone", backbone, "--epochs", str(epochs), "--batch-size", str(batch), "--frames", str(frames),
            "--size", str(size), "--workers", str(workers), "--warmup-ratio", "0", "--device", device,

@@ -189,9 +189,9 @@ class Job:
             raise OutOfTime(f"{what} needs ~{seconds:.0f} s, {max(0.0, self.left()):.0f} s of the budget left")
 
     def step(self, name: str, gpu_s: float, fn, *a, **kw):
-        """Run ``fn`` as step ``name`` (estimate ``gpu_s`` on the GPU, 1 s in --tiny); its result is a figure,
+        """Run ``fn`` as step ``name`` (estimate ``gpu_s`` on the GPU, a tenth in --tiny); its result is a figure,
         an exception a line in ``errors`` (the job goes on), running out of budget ends the job."""
-        self.need(name, 1.0 if self.args.tiny else gpu_s)
+        self.need(name, gpu_s / 10 if self.args.tiny else gpu_s)
         print(f"[{self.name}] {name} (~{gpu_s:.0f} s on a GPU; {self.left():.0f} s left)", flush=True)
         t0 = time.time()
         try:
@@ -208,9 +208,11 @@ class Job:
         return result
 
 
-def run_cmd(cmd: list[str], job: Job, *, log: Path, margin: float = 5.0, cap: float = 600.0) -> tuple[int, float]:
+def run_cmd(cmd: list[str], job: Job, *, log: Path, margin: float = 5.0, cap: float = 600.0,
+            keep_stopped: bool = False) -> tuple[int, float]:
     """A subprocess with output to ``log``, stopped when the budget (less ``margin``) runs out: SIGUSR1 first (a
-    pretrain checkpoints and exits 75), SIGKILL 40 s later. Returns (exit code, seconds)."""
+    pretrain checkpoints and exits 75), SIGKILL 40 s later; then OutOfTime, unless ``keep_stopped`` (the caller
+    uses what the stopped command left). Returns (exit code, seconds)."""
     limit = min(cap, job.left() - margin)
     if limit <= 0:
         raise OutOfTime(f"{' '.join(cmd[:4])}: no budget left")
@@ -228,6 +230,8 @@ def run_cmd(cmd: list[str], job: Job, *, log: Path, margin: float = 5.0, cap: fl
                 os.killpg(proc.pid, signal.SIGKILL)
                 rc = proc.wait()
             f.write(f"\n[campaign] stopped at the budget ({limit:.0f} s)\n")
+            if not keep_stopped:
+                raise OutOfTime(f"{' '.join(map(str, cmd[1:5]))} stopped at the budget after {limit:.0f} s") from None
     return rc, time.time() - t0
 
 
@@ -347,7 +351,8 @@ def preempt_resume(job: Job, data: Path) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
            *moquad_cmd("pretrain", "--data", data, "--out", run, "--backbone", s.run_backbone, "--epochs",
                        s.run_epochs, "--batch-size", s.run_batch, "--frames", s.frames, "--size",
-                       s.step_clips[0][0], "--workers", s.workers and 2, "--warmup-ratio", "0", "--device", job.args.device)[1:]]
+                       s.step_clips[0][0], "--workers", s.workers and 2, "--warmup-ratio", "0", "--device",
+                       job.args.device)[1:]]
     t0 = time.time()
     with (job.work / "preempt.log").open("w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=child_env(), cwd=ROOT,
@@ -356,9 +361,19 @@ def preempt_resume(job: Job, data: Path) -> dict:
             time.sleep(0.2)
         ranks = _children(proc.pid)
         t_sig = time.time()
+        if len(_log_steps(run)) < 2 or not ranks:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise RuntimeError(f"no 2 logged steps to interrupt (exit {proc.returncode}): "
+                               f"{tail(job.work / 'preempt.log')}")
         for pid in ranks:
             os.kill(pid, signal.SIGUSR1)
-        rc = proc.wait(timeout=max(10, min(120, job.left() - 20)))
+        try:
+            rc = proc.wait(timeout=max(10, min(120, job.left() - 20)))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise RuntimeError("the ranks did not stop within 120 s of SIGUSR1") from None
     stop_s = time.time() - t_sig
     from moquad.train.checkpoint import load
 
@@ -455,7 +470,7 @@ def job_decode(job: Job) -> None:
         name = f"e2e {mode} x{workers}"
         r = job.step(name, 40, pretrain_run, data, job.work / name.replace(" ", "_"), mode, workers, s.decode_batch,
                      s.decode_epochs, backbone=s.run_backbone, frames=s.frames, size=size, device=job.args.device,
-                     prefix=prefix)
+                     prefix=prefix, drop=not job.args.tiny)
         if r is not None and "clips_per_s" in r and bound is not None:
             r["of_gpu_bound"] = r["clips_per_s"] / job.figures["gpu-bound"]["clips_per_s"]
             r["cpu_cores_allowed"] = 2 if prefix else os.cpu_count()
@@ -499,7 +514,8 @@ def ladder_pretrain(job: Job, data: Path, method: str, seed: int, train_videos: 
         _save_untrained(cfg, run / "checkpoints" / "last.pt")
         return {"command": "untrained network (quickstart._save_untrained)", "steps": 0}
     log = job.work / "pretrain.log"
-    rc, secs = run_cmd(moquad_cmd(*args), job, log=log, margin=45.0 if not job.args.tiny else 2.0)
+    rc, secs = run_cmd(moquad_cmd(*args), job, log=log, margin=45.0 if not job.args.tiny else 2.0,
+                       keep_stopped=True)
     recs = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()] if (run / "log.jsonl").is_file() \
         else []
     if rc not in (0, 75) or not recs:
@@ -552,7 +568,7 @@ def job_ladder(job: Job) -> None:
         if info is None:
             return
         (data / "render.json").write_text(json.dumps(info))
-    pre = job.step("pretrain", dict(s.estimates)[method] - 80, ladder_pretrain, job, data, method, seed,
+    pre = job.step("pretrain", dict(SIZES["gpu"].estimates)[method] - 80, ladder_pretrain, job, data, method, seed,
                    job.figures["data"]["train"])
     if pre is not None:
         job.step("eval", 40, ladder_eval, job, data)
@@ -599,6 +615,15 @@ def is_done(name: str, args: argparse.Namespace, code: str) -> bool:
     return False
 
 
+def _finite(v):
+    """NaN and infinities as null: the records are strict JSON."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    return [_finite(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+
 def write_record(job: Job, status: str, message: str, base: dict, t0: float) -> Path:
     rec = {"job": job.name, "status": status, "message": message, **base, "tiny": job.args.tiny,
            "seconds": round(time.time() - t0, 1), "step_seconds": job.seconds, "errors": job.errors,
@@ -606,7 +631,7 @@ def write_record(job: Job, status: str, message: str, base: dict, t0: float) -> 
     out = Path(job.args.out) / f"{job.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(rec, indent=1, default=str))
+    tmp.write_text(json.dumps(_finite(rec), indent=1, default=str))
     tmp.replace(out)
     return out
 

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # ~20 subprocesses (each CLI command end to end); measured time in docs/gpu-campaign.md
 ROOT = Path(__file__).resolve().parents[1]
+# the dry run's jobs: every job kind, and two methods of one ladder family and seed (the base's job is the same code)
+DRY_JOBS = ["paths", "decode", "ladder-directions-s0-random", "ladder-directions-s0-moquad"]
 CAMPAIGN = ROOT / "benchmarks" / "gpu_campaign.py"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -24,7 +27,7 @@ def campaign(out: Path, work: Path, *extra: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     base = tmp_path_factory.mktemp("campaign")
-    proc = campaign(base / "out", base / "work", "--budget-s", "900", "--jobs", "paths,decode,ladder")
+    proc = campaign(base / "out", base / "work", "--budget-s", "900", "--jobs", ",".join(DRY_JOBS))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return base / "out", proc
 
@@ -36,9 +39,10 @@ def records(out: Path) -> dict[str, dict]:
 def test_every_job_writes_one_complete_record(dry_run):
     import gpu_campaign
 
-    out, _ = dry_run
+    out, proc = dry_run
     recs = records(out)
-    assert set(recs) == set(gpu_campaign.expand(["paths", "decode", "ladder"]))
+    assert set(recs) == set(DRY_JOBS) and set(DRY_JOBS) < set(gpu_campaign.expand(["paths", "decode", "ladder"]))
+    assert all(f"campaign: {j} done" in proc.stdout for j in DRY_JOBS)  # progress lines
     for name, r in recs.items():
         assert r["job"] == name and r["status"] == "done" and r["tiny"] is True and r["errors"] == {}, (name, r)
         assert r["code_hash"] == gpu_campaign.code_hash() and len(r["code_hash"]) == 12
@@ -91,15 +95,21 @@ def test_decode_and_ladder_figures(dry_run):
 
 
 def test_a_second_run_skips_the_jobs_done_for_this_code(dry_run, tmp_path):
+    """Without --jobs: the jobs done for this code are skipped; the one left (the base's ladder job) does not fit
+    a 3 s budget, so it is skipped with a message and nothing is written."""
     out, _ = dry_run
     before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.json")}
-    proc = campaign(out, tmp_path / "work", "--budget-s", "60")
-    assert proc.returncode == 0 and "every job is done for this code" in proc.stdout, proc.stdout + proc.stderr
+    proc = campaign(out, tmp_path / "work", "--budget-s", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "skipped ladder-directions-s0-simclr: needs ~5 s" in proc.stdout
+    assert not any(f"[{j}]" in proc.stdout or f"skipped {j}:" in proc.stdout for j in DRY_JOBS), proc.stdout
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.json")} == before
 
 
 def test_a_tiny_budget_writes_a_partial_record_and_exits_0(tmp_path):
-    proc = campaign(tmp_path / "out", tmp_path / "work", "--budget-s", "12", "--jobs", "paths")
+    """40 s: enough to start ``paths`` (estimate 10 s) after the start-up, too little to finish it (~1 min on an
+    idle 2-core box, several on a loaded one)."""
+    proc = campaign(tmp_path / "out", tmp_path / "work", "--budget-s", "40", "--jobs", "paths")
     assert proc.returncode == 0, proc.stderr
     assert "stopped at the budget" in proc.stdout
     r = json.loads((tmp_path / "out" / "paths.json").read_text())
@@ -119,12 +129,14 @@ def test_collect_copies_records_and_refuses_an_empty_folder(tmp_path, monkeypatc
 
 
 def test_render_gpu_docs_from_the_records(dry_run, tmp_path):
+    import gpu_campaign
     import render_gpu_docs
 
     out, _ = dry_run
     earlier = [ROOT / "docs" / n for n in render_gpu_docs.EARLIER]
     page = render_gpu_docs.render(out, earlier)  # CPU dry runs are not GPU results
-    assert "Campaign jobs not yet run on a GPU: paths, decode, ladder-directions-s0-random" in page
+    assert "Campaign jobs not yet run on a GPU: paths, decode, ladder-directions-s0-random, " \
+        "ladder-directions-s0-simclr, ladder-directions-s0-moquad" in page
     assert "NVIDIA H200, torch 2.11.0+cu130, 2026-11-27" in page and "| 944 |" in page  # the earlier H200 run
     # the same records as if from a GPU: their tables appear, and the job leaves the "not yet run" list
     for p in out.glob("*.json"):
@@ -132,7 +144,8 @@ def test_render_gpu_docs_from_the_records(dry_run, tmp_path):
         r["device"].update(kind="cuda", name="NVIDIA H200", driver="580.159.04")
         (tmp_path / p.name).write_text(json.dumps(r))
     page = render_gpu_docs.render(tmp_path, earlier)
-    assert "Campaign jobs not yet run on a GPU: none." in page
+    todo = [j for j in gpu_campaign.expand(["paths", "decode", "ladder"]) if j not in DRY_JOBS]
+    assert f"Campaign jobs not yet run on a GPU: {', '.join(todo)}." in page
     steps = records(out)["paths"]["figures"]["steps"][0]
     assert f"| {steps['backbone']} | 8x32² | 2 | {steps['simclr_ms_per_video']:.2f} |" in page
     knn = records(out)["ladder-directions-s0-moquad"]["figures"]["eval"]["knn_top1"]
