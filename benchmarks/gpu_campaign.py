@@ -41,6 +41,7 @@ import math
 import os
 import platform
 import re
+import shlex
 import shutil
 import signal
 import statistics
@@ -109,7 +110,7 @@ def ensure_wheels() -> list[str]:
     missing = [m for m in WHEELS if importlib.util.find_spec(m) is None]
     if missing and list((ROOT / ".whl").glob("*.whl")):
         print(f"installing wheels for {', '.join(missing)}: {INSTALL}", flush=True)
-        subprocess.run(INSTALL, shell=True, cwd=ROOT, check=False)
+        subprocess.run(INSTALL.replace("python3", shlex.quote(sys.executable), 1), shell=True, cwd=ROOT, check=False)
         sys.path.insert(0, SITE)
         importlib.invalidate_caches()
         missing = [m for m in WHEELS if importlib.util.find_spec(m) is None]
