@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint bench docs clean
+.PHONY: setup demo test lint bench docs clean gpu-campaign
 
 $(BIN)/moquad: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,6 +26,13 @@ bench: setup
 	$(BIN)/python benchmarks/bench_loader.py
 	$(BIN)/python benchmarks/bench_step.py
 	$(BIN)/python benchmarks/bench_scale.py
+
+# One GPU slot (docs/gpu-campaign.md): the campaign's jobs not yet done for this code, within BUDGET seconds; runs with
+# the machine's python3 (its torch), no venv. JOBS=paths,decode,ladder names jobs; OUT=$$OUT on a device call.
+BUDGET ?= 540
+OUT ?= docs/gpu
+gpu-campaign:
+	PYTHONUNBUFFERED=1 python3 benchmarks/gpu_campaign.py --budget-s $(BUDGET) --out $(OUT) $(if $(JOBS),--jobs $(JOBS))
 
 clean:
 	rm -rf runs .pytest_cache site

@@ -57,12 +57,17 @@ MODES = {"workers": [], "device": ["--augment-on-device"], "gpu-decode": ["--set
 # ---------------------------------------------------------------- dataset
 
 
-def _render_chunk(args: tuple[int, int, int, int]) -> list[tuple[str, list[bytes], int]]:
-    chunk, per_class, size, frames = args
+def _render_chunk(args: tuple) -> list[tuple[str, list[bytes], int, bool]]:
+    """One chunk of synthetic videos as JPEG frames: ``(video_id, jpegs, label 0.., test?)``. ``args``: (chunk,
+    per_class, size, frames[, kind, classes, seed, synth_videos' other arguments]); a chunk's seed is ``seed * 100_003 + chunk``, so a chunk is the
+    same whatever the number of processes (the GPU campaign renders its ladder families with it)."""
+    chunk, per_class, size, frames, *rest = args
+    kind, classes, seed, extra = rest or ("types", len(MOTIONS), 0, {})
     out = []
-    for rel, label, _, video in synth_videos(len(MOTIONS), per_class, size, frames, seed=1000 + chunk):
+    for rel, label, test, video in synth_videos(classes, per_class, size, frames, seed=seed * 100_003 + 1000 + chunk,
+                                                kind=kind, **extra):
         jpegs = [simplejpeg.encode_jpeg(np.ascontiguousarray(f), quality=90) for f in video]
-        out.append((f"c{chunk:03d}/{rel}", jpegs, label - 1))
+        out.append((f"c{chunk:03d}/{rel}", jpegs, label - 1, test))
     return out
 
 
@@ -76,7 +81,7 @@ def build_dataset(out: Path, videos: int, frames: int, size: int, real: Path | N
     def all_videos():
         with Pool(procs) as pool:
             for chunk in pool.imap_unordered(_render_chunk, chunks):
-                yield from chunk
+                yield from (v[:3] for v in chunk)
         if real is not None:
             split = Split(real, "train")
             for i in range(len(split)):
@@ -103,35 +108,44 @@ def drop_page_cache() -> bool:
 # ---------------------------------------------------------------- 1. step
 
 
-def time_step(size: int, batch: int, views: int, channels_last: bool, steps: int) -> float:
-    """Median seconds of one bf16 training step of R3D-18 (CUDA events)."""
+def time_step(size: int, batch: int, views: int, channels_last: bool, steps: int, *, backbone: str = "r3d_18",
+              frames: int = 16, device: str = "cuda", warmup: int = 3) -> float:
+    """Median seconds of one training step (forward + loss + backward + LARS step; bf16 autocast on CUDA) of
+    ``backbone`` on random clips already on ``device``, after ``warmup`` steps; CUDA's peak memory statistics are
+    reset first (read ``torch.cuda.max_memory_allocated()`` after)."""
     from moquad.config import PretrainConfig
     from moquad.models import build_model
     from moquad.train.loop import forward_loss
     from moquad.train.optimizers import make_optimizer
 
     torch.manual_seed(0)
-    cfg = PretrainConfig(backbone="r3d_18")
-    model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden).cuda().train()
-    x = torch.randn(batch, views, 3, 16, size, size, device="cuda")
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    cfg = PretrainConfig(backbone=backbone)
+    model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden).to(device).train()
+    x = torch.randn(batch, views, 3, frames, size, size, device=device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last_3d)
     opt = make_optimizer(model, "lars", 0.1, 1e-6)
-    names, video = QUAD[:views] if views == 4 else ("anchor", "pos"), torch.arange(batch, device="cuda")
+    names, video = QUAD[:views] if views == 4 else ("anchor", "pos"), torch.arange(batch, device=device)
     times = []
-    for i in range(steps + 3):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+    for i in range(steps + warmup):
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
         loss, _ = forward_loss(model, x, names, "moquad", tau=0.1, hard_beta=0.01, hard_alpha=1.5, video=video)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        end.record()
-        torch.cuda.synchronize()
-        if i >= 3:
-            times.append(start.elapsed_time(end) / 1e3)
+        if cuda:
+            torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
     del model, x, opt
-    torch.cuda.empty_cache()
+    if cuda:
+        torch.cuda.empty_cache()
     return statistics.median(times)
 
 
@@ -159,21 +173,28 @@ class GpuSampler(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        import pynvml
+        try:
+            import pynvml
 
-        pynvml.nvmlInit()
+            pynvml.nvmlInit()
+        except Exception:  # no NVML (no NVIDIA driver, or nvidia-ml-py missing): no samples, busy = nan
+            return
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         while not self.stop.is_set():
             self.samples.append((time.time(), pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
             time.sleep(0.1)
 
 
-def pretrain_run(data: Path, run: Path, mode: str, workers: int, batch: int, epochs: int) -> dict:
-    dropped = drop_page_cache()
-    cmd = [sys.executable, "-m", "moquad.cli", "pretrain", "--data", str(data), "--out", str(run), "--backbone",
-           "r3d_18", "--epochs", str(epochs), "--batch-size", str(batch), "--frames", "16", "--size", "112",
-           "--workers", str(workers), "--warmup-ratio", "0", "--device", "cuda", "--set", "log_every=1",
-           *MODES[mode]]
+def pretrain_run(data: Path, run: Path, mode: str, workers: int, batch: int, epochs: int, *, backbone: str = "r3d_18",
+                 frames: int = 16, size: int = 112, device: str = "cuda", prefix: tuple[str, ...] = (),
+                 drop: bool = True) -> dict:
+    """``moquad pretrain`` in a subprocess (``prefix``: e.g. ``taskset -c 0,1``), its steady clips/s and data wait
+    from log.jsonl and the GPU's mean NVML utilisation over the same steps; ``drop``: the page cache first."""
+    dropped = drop and drop_page_cache()
+    cmd = [*prefix, sys.executable, "-m", "moquad.cli", "pretrain", "--data", str(data), "--out", str(run),
+           "--backbone", backbone, "--epochs", str(epochs), "--batch-size", str(batch), "--frames", str(frames),
+           "--size", str(size), "--workers", str(workers), "--warmup-ratio", "0", "--device", device,
+           "--set", "log_every=1", *MODES[mode]]
     sampler = GpuSampler()
     sampler.start()
     t0 = time.time()
