@@ -50,7 +50,7 @@ from moquad.data.epoch_plan import EpochPlan, stream
 from moquad.data.ops import APPEARANCE_OPS
 from moquad.data.store import BadSample, Split, decode_frames, decode_jpeg, reduced_hw
 from moquad.data.views import ViewParams, cell_size, check_config, draw_views, needs_donors, reduce_views
-from moquad.data.workers import ignore_preemption
+from moquad.data.workers import ignore_preemption, track
 from moquad.errors import MoquadError
 from moquad.objstore import Location
 
@@ -472,8 +472,15 @@ def _check_start(start: int, total: int) -> None:
         raise ValueError(f"start batch {start} outside the epoch's {total} batches")
 
 
+class _Loader(DataLoader):
+    """A DataLoader whose worker processes :func:`moquad.data.workers.end_workers` can end (and only those)."""
+
+    def __iter__(self):  # noqa: ANN204 (DataLoader's iterator type is private)
+        return track(super().__iter__())
+
+
 def _data_loader(ds: Dataset, sampler: Any, workers: int, pin_memory: bool, persistent: bool) -> DataLoader:
-    return DataLoader(ds, batch_size=None, sampler=sampler, collate_fn=_passthrough, num_workers=workers,
+    return _Loader(ds, batch_size=None, sampler=sampler, collate_fn=_passthrough, num_workers=workers,
                       pin_memory=pin_memory, persistent_workers=persistent,
                       prefetch_factor=PREFETCH if workers > 0 else None, worker_init_fn=ignore_preemption)
 
