@@ -182,9 +182,12 @@ _KW = inspect.Parameter.KEYWORD_ONLY
 def _flag_parameters(cls: type, flag: Flag) -> list[inspect.Parameter]:
     """The typer parameter(s) of ``flag``: its option (or argument), and its hidden alias."""
     _, f, hint = _field(cls, flag.key)
-    tp, _ = C.unwrap_optional(hint)
+    tp, optional = C.unwrap_optional(hint)
+    metavar = None
     if typing.get_origin(tp) is tuple:
         tp = list[str] if flag.multiple else str
+    elif optional and tp in (int, float) and not flag.argument:  # read as text: `none` resets it (_flag_values)
+        tp, metavar = str, f"<{tp.__name__}|none>"
     decls = flag.decls or ("--" + f.name.replace("_", "-"),)
     if tp is bool and not flag.decls:
         decls = (f"{decls[0]}/--no-{decls[0][2:]}",)
@@ -194,7 +197,7 @@ def _flag_parameters(cls: type, flag: Flag) -> list[inspect.Parameter]:
     if flag.argument:
         params = [inspect.Parameter(flag.param, _KW, default=typer.Argument(..., help=text), annotation=tp)]
     else:
-        option = typer.Option(... if flag.required else None, *decls, help=text)
+        option = typer.Option(... if flag.required else None, *decls, help=text, metavar=metavar)
         params = [inspect.Parameter(flag.param, _KW, default=option, annotation=tp if flag.required else tp | None)]
     if flag.alias:
         params.append(inspect.Parameter(flag.param + "__alias", _KW, annotation=tp | None,
@@ -202,19 +205,26 @@ def _flag_parameters(cls: type, flag: Flag) -> list[inspect.Parameter]:
     return params
 
 
+RESET = "none"  # an optional setting's flag given ``none``: back to None (its documented meaning), as --set does
+
+
 def _flag_values(cls: type, flag: Flag, kw: dict[str, Any]) -> dict[str, Any]:
-    """The settings ``flag`` gives (popped from the command's keywords ``kw``); None: not given."""
+    """The settings ``flag`` gives (popped from the command's keywords ``kw``); None: not given, :data:`RESET`:
+    given as ``none`` (an optional setting set to None)."""
     value = kw.pop(flag.param)
     alias = kw.pop(flag.param + "__alias", None) if flag.alias else None
     if None not in (value, alias) and value != alias:
         new = "--" + flag.param.replace("_", "-")
         raise C.ConfigError(flag.key, "", f"{flag.alias} is the old name of {new}; give one of them")
     value, hint = alias if value is None else value, _field(cls, flag.key)[2]
+    tp, optional = C.unwrap_optional(hint)
     if isinstance(value, list):
         value = tuple(value) or None
+    elif isinstance(value, str) and optional and not flag.argument and value.strip().lower() in ("none", "null"):
+        value = RESET
     elif isinstance(value, str) and flag.parse is not None:
         value = flag.parse(value)
-    elif isinstance(value, str) and typing.get_origin(C.unwrap_optional(hint)[0]) is tuple:  # "1,4" -> (1, 4)
+    elif isinstance(value, str) and (typing.get_origin(tp) is tuple or tp in (int, float)):  # "1,4" -> (1, 4)
         value = C.parse_text(flag.key, hint, value)
     return {key: value for key in (flag.key, *flag.also)}
 
@@ -245,8 +255,10 @@ def config_command(app: typer.Typer, name: str, cls: type, flags: Sequence[Flag 
 
         def command(**kw: Any) -> None:
             given = {k: v for f in named for k, v in _flag_values(cls, f, kw).items()}
+            resets = [f"{k}=none" for k, v in given.items() if v is RESET]  # before the command's own --set
+            given = {k: v for k, v in given.items() if v is not RESET}
             recipe = _recipe(kw.pop("recipe", None), stage or "")
-            cfg = settings.resolve(cls(), recipe, given, kw.pop("sets") or ())
+            cfg = settings.resolve(cls(), recipe, given, [*resets, *(kw.pop("sets") or ())])
             if _printed(cfg, kw.pop("print_config")):
                 return
             if check is not None:
