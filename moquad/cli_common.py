@@ -20,12 +20,13 @@ import dataclasses
 import functools
 import inspect
 import os
+import signal
 import sys
 import traceback
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, NoReturn
 
 import typer
 
@@ -41,6 +42,20 @@ def debug_enabled() -> bool:
     return os.environ.get("MOQUAD_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
 
 
+OUTPUT_CLOSED_EXIT = 128 + signal.SIGPIPE  # 141: what a shell reports for git or coreutils ended by SIGPIPE
+
+
+def output_closed(stream: IO | None = None) -> NoReturn:
+    """The reader of our output went away (``moquad pretrain ... | head -1``): end quietly, as git and coreutils do
+    (they die of SIGPIPE: status 141, no message). Python ignores SIGPIPE, so the write raised BrokenPipeError
+    instead; exiting with 141 (rather than dying of the signal) still runs the run's cleanup (loader workers, the
+    --out lock). The closed stream becomes /dev/null so Python's last flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, (stream or sys.stdout).fileno())
+    os.close(devnull)
+    raise SystemExit(OUTPUT_CLOSED_EXIT)
+
+
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap a command: expected failures (:func:`moquad.errors.user_message`) -> one ``error:`` line, exit 2."""
 
@@ -51,6 +66,8 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
             raise typer.Exit(130) from None
+        except BrokenPipeError:
+            output_closed()
         except Exception as e:
             msg = user_message(e)
             if msg is None:  # a bug keeps its traceback; typer would print a bare EOFError as "Aborted."
@@ -72,6 +89,9 @@ class OneLineTyper(typer.Typer):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("standalone_mode", True) is False:
             return super().__call__(*args, **kwargs)
+        import rich.console  # its consoles catch BrokenPipeError themselves and exit 1: end as output_closed does
+
+        rich.console.Console.on_broken_pipe = lambda console: output_closed(console.file)
         try:
             rv = super().__call__(*args, **{**kwargs, "standalone_mode": False})
         except typer.TyperException as e:  # Click's usage errors (Typer vendors Click)

@@ -303,3 +303,27 @@ def test_sync_bn_help_says_what_none_means():
     """``(default: none)`` alone told nothing: the help says none is on with more than one rank and BatchNorm."""
     text = _option_helps("pretrain")["--sync-bn"]
     assert "none: on with more than one rank and a BatchNorm backbone" in text and text.endswith("(default: none)")
+
+
+@pytest.mark.parametrize("args", [["recipes"], ["pretrain", "--data", "DATA", "--print-config"],
+                                  ["pretrain", "--data", "DATA", "--out", "OUT", "--backbone", "tiny", "--batch-size",
+                                   "4", "--frames", "4", "--size", "32", "--workers", "0", "--device", "cpu",
+                                   "--epochs", "1"]])
+def test_a_closed_stdout_ends_quietly_with_141(tmp_path, args):
+    """``moquad ... | head -1``: the reader is gone before the command writes (its end of the pipe closed first,
+    so the first write fails). Ends as git and coreutils do: no message, status 141 (128 + SIGPIPE) - rich's
+    consoles (recipes, pretrain's report) and plain prints (--print-config) alike (before: status 1)."""
+    import os
+
+    from fixtures import coded_dataset
+
+    data = coded_dataset(tmp_path / "data", num_videos=8, num_frames=12, videos_per_shard=4) if "DATA" in args else None
+    args = [str(data) if a == "DATA" else str(tmp_path / "run") if a == "OUT" else a for a in args]
+    r, w = os.pipe()
+    os.close(r)  # `head` has read its line and gone
+    try:
+        done = subprocess.run([sys.executable, "-m", "moquad.cli", *args], stdout=w, stderr=subprocess.PIPE, text=True,
+                              timeout=300)
+    finally:
+        os.close(w)
+    assert (done.returncode, done.stderr) == (141, ""), done.stderr
