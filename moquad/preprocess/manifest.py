@@ -69,7 +69,10 @@ def migrate_parts(data_dir: str | Path) -> None:
     so the records stay in one place; a folder with both (never made by moquad) is left as it is."""
     old, new = Path(data_dir) / "manifests" / OLD_PARTS, parts_dir(data_dir)
     if old.is_dir() and not new.exists():
-        os.replace(old, new)
+        try:
+            os.replace(old, new)
+        except FileNotFoundError:  # another part of the job (--num-parts on shared storage) moved it first
+            pass
 
 
 def write_record(data_dir: str | Path, split: str, part: int, index: int, rows: list[dict[str, Any]]) -> None:
