@@ -20,12 +20,13 @@ import dataclasses
 import functools
 import inspect
 import os
+import signal
 import sys
 import traceback
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, NoReturn
 
 import typer
 
@@ -41,6 +42,20 @@ def debug_enabled() -> bool:
     return os.environ.get("MOQUAD_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
 
 
+OUTPUT_CLOSED_EXIT = 128 + signal.SIGPIPE  # 141: what a shell reports for git or coreutils ended by SIGPIPE
+
+
+def output_closed(stream: IO | None = None) -> NoReturn:
+    """The reader of our output went away (``moquad pretrain ... | head -1``): end quietly, as git and coreutils do
+    (they die of SIGPIPE: status 141, no message). Python ignores SIGPIPE, so the write raised BrokenPipeError
+    instead; exiting with 141 (rather than dying of the signal) still runs the run's cleanup (loader workers, the
+    --out lock). The closed stream becomes /dev/null so Python's last flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, (stream or sys.stdout).fileno())
+    os.close(devnull)
+    raise SystemExit(OUTPUT_CLOSED_EXIT)
+
+
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap a command: expected failures (:func:`moquad.errors.user_message`) -> one ``error:`` line, exit 2."""
 
@@ -51,6 +66,8 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
             raise typer.Exit(130) from None
+        except BrokenPipeError:
+            output_closed()
         except Exception as e:
             msg = user_message(e)
             if msg is None:  # a bug keeps its traceback; typer would print a bare EOFError as "Aborted."
@@ -72,6 +89,9 @@ class OneLineTyper(typer.Typer):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("standalone_mode", True) is False:
             return super().__call__(*args, **kwargs)
+        import rich.console  # its consoles catch BrokenPipeError themselves and exit 1: end as output_closed does
+
+        rich.console.Console.on_broken_pipe = lambda console: output_closed(console.file)
         try:
             rv = super().__call__(*args, **{**kwargs, "standalone_mode": False})
         except typer.TyperException as e:  # Click's usage errors (Typer vendors Click)
@@ -182,9 +202,12 @@ _KW = inspect.Parameter.KEYWORD_ONLY
 def _flag_parameters(cls: type, flag: Flag) -> list[inspect.Parameter]:
     """The typer parameter(s) of ``flag``: its option (or argument), and its hidden alias."""
     _, f, hint = _field(cls, flag.key)
-    tp, _ = C.unwrap_optional(hint)
+    tp, optional = C.unwrap_optional(hint)
+    metavar = None
     if typing.get_origin(tp) is tuple:
         tp = list[str] if flag.multiple else str
+    elif optional and tp in (int, float) and not flag.argument:  # read as text: `none` resets it (_flag_values)
+        tp, metavar = str, f"<{tp.__name__}|none>"
     decls = flag.decls or ("--" + f.name.replace("_", "-"),)
     if tp is bool and not flag.decls:
         decls = (f"{decls[0]}/--no-{decls[0][2:]}",)
@@ -194,7 +217,7 @@ def _flag_parameters(cls: type, flag: Flag) -> list[inspect.Parameter]:
     if flag.argument:
         params = [inspect.Parameter(flag.param, _KW, default=typer.Argument(..., help=text), annotation=tp)]
     else:
-        option = typer.Option(... if flag.required else None, *decls, help=text)
+        option = typer.Option(... if flag.required else None, *decls, help=text, metavar=metavar)
         params = [inspect.Parameter(flag.param, _KW, default=option, annotation=tp if flag.required else tp | None)]
     if flag.alias:
         params.append(inspect.Parameter(flag.param + "__alias", _KW, annotation=tp | None,
@@ -202,19 +225,26 @@ def _flag_parameters(cls: type, flag: Flag) -> list[inspect.Parameter]:
     return params
 
 
+RESET = "none"  # an optional setting's flag given ``none``: back to None (its documented meaning), as --set does
+
+
 def _flag_values(cls: type, flag: Flag, kw: dict[str, Any]) -> dict[str, Any]:
-    """The settings ``flag`` gives (popped from the command's keywords ``kw``); None: not given."""
+    """The settings ``flag`` gives (popped from the command's keywords ``kw``); None: not given, :data:`RESET`:
+    given as ``none`` (an optional setting set to None)."""
     value = kw.pop(flag.param)
     alias = kw.pop(flag.param + "__alias", None) if flag.alias else None
     if None not in (value, alias) and value != alias:
         new = "--" + flag.param.replace("_", "-")
         raise C.ConfigError(flag.key, "", f"{flag.alias} is the old name of {new}; give one of them")
     value, hint = alias if value is None else value, _field(cls, flag.key)[2]
+    tp, optional = C.unwrap_optional(hint)
     if isinstance(value, list):
         value = tuple(value) or None
+    elif isinstance(value, str) and optional and not flag.argument and value.strip().lower() in ("none", "null"):
+        value = RESET
     elif isinstance(value, str) and flag.parse is not None:
         value = flag.parse(value)
-    elif isinstance(value, str) and typing.get_origin(C.unwrap_optional(hint)[0]) is tuple:  # "1,4" -> (1, 4)
+    elif isinstance(value, str) and (typing.get_origin(tp) is tuple or tp in (int, float)):  # "1,4" -> (1, 4)
         value = C.parse_text(flag.key, hint, value)
     return {key: value for key in (flag.key, *flag.also)}
 
@@ -245,9 +275,11 @@ def config_command(app: typer.Typer, name: str, cls: type, flags: Sequence[Flag 
 
         def command(**kw: Any) -> None:
             given = {k: v for f in named for k, v in _flag_values(cls, f, kw).items()}
+            resets = [f"{k}=none" for k, v in given.items() if v is RESET]  # before the command's own --set
+            given = {k: v for k, v in given.items() if v is not RESET}
             named_recipe = kw.pop("recipe", None)
             recipe = _recipe(named_recipe, stage or "")
-            cfg = settings.resolve(cls(), recipe, given, kw.pop("sets") or ())
+            cfg = settings.resolve(cls(), recipe, given, [*resets, *(kw.pop("sets") or ())])
             if named_recipe and "recipe" in {f.name for f in dataclasses.fields(cls)}:  # results record it
                 cfg = dataclasses.replace(cfg, recipe=named_recipe)
             if _printed(cfg, kw.pop("print_config")):

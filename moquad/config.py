@@ -344,7 +344,8 @@ class PretrainConfig:
     hard_beta: float = rule(0.01, ge=0, le=1, help="Eq. 4: share of inter negatives mined as hard (0: off).")
     hard_alpha: float = rule(1.5, gt=0, help="Eq. 4: weight of hard and intra negatives.")
     # None: on when world size > 1 and the backbone has BatchNorm (logged)
-    sync_bn: bool | None = rule(None, help="SyncBatchNorm across ranks.")
+    sync_bn: bool | None = rule(None, help="SyncBatchNorm across ranks (none: on with more than one rank and a "
+                                "BatchNorm backbone; GPU processes only; the choice is printed).")
     steps_per_epoch: int | None = rule(None, ge=1, help="Override batches per epoch (none: videos // global batch).")
     ckpt_every: int = rule(500, ge=1, help="Checkpoint every N steps.")
     log_every: int = rule(1, ge=1, help="Log every N steps.")

@@ -265,3 +265,65 @@ def test_flags_of_every_config_command_have_a_field():
         for flag in flags:
             if isinstance(flag, Flag):
                 assert "help" in _field(kind, flag.key)[1].metadata or flag.help, flag.key
+
+
+def test_optional_flags_accept_none(tmp_path):
+    """An optional setting is reset through its own flag (``--steps-per-epoch none``), not only with --set: every
+    optional non-switch flag of the config commands given ``none`` gives None over a recipe's value; --set still
+    wins over it, and a bad number is one error line."""
+    from moquad.cli_common import Flag, _field
+
+    where = {"pretrain": ["--data", tmp_path], "preprocess": ["folder", tmp_path, "--out", tmp_path / "o"],
+             "motion": [tmp_path / "c.pt", "--data", tmp_path]}
+    checked = []
+    for command, kind, flags in _config_commands():
+        for flag in flags:
+            if not isinstance(flag, Flag) or flag.argument or flag.multiple or flag.decls:
+                continue
+            tp, optional = C.unwrap_optional(_field(kind, flag.key)[2])
+            if not optional or tp is bool:
+                continue
+            opt = "--" + flag.key.split(".")[-1].replace("_", "-")
+            result = runner.invoke(app, [command, *map(str, where[command]), opt, "none", "--print-config"])
+            assert result.exit_code == 0, (opt, result.output)
+            got = yaml.safe_load(result.output)
+            assert got[flag.key] is None if "." not in flag.key else got["loader"][flag.key.split(".")[1]] is None
+            checked.append(opt)
+    assert {"--steps-per-epoch", "--fps", "--limit", "--max-videos"} <= set(checked), checked
+    (tmp_path / "r.yaml").write_text("steps_per_epoch: 5\n")
+    assert printed_config("pretrain", "--data", tmp_path, "--recipe", tmp_path / "r.yaml", "--steps-per-epoch",
+                          "none")["steps_per_epoch"] is None
+    assert printed_config("pretrain", "--data", tmp_path, "--steps-per-epoch", "none", "--set",
+                          "steps_per_epoch=7")["steps_per_epoch"] == 7
+    bad = cli("pretrain", "--data", tmp_path, "--steps-per-epoch", "x", "--print-config")
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: steps_per_epoch must be an int, got 'x'"
+
+
+def test_sync_bn_help_says_what_none_means():
+    """``(default: none)`` alone told nothing: the help says none is on with more than one rank and BatchNorm."""
+    text = _option_helps("pretrain")["--sync-bn"]
+    assert "none: on with more than one rank and a BatchNorm backbone" in text and text.endswith("(default: none)")
+
+
+@pytest.mark.parametrize("args", [["recipes"], ["pretrain", "--data", "DATA", "--print-config"],
+                                  ["pretrain", "--data", "DATA", "--out", "OUT", "--backbone", "tiny", "--batch-size",
+                                   "4", "--frames", "4", "--size", "32", "--workers", "0", "--device", "cpu",
+                                   "--epochs", "1"]])
+def test_a_closed_stdout_ends_quietly_with_141(tmp_path, args):
+    """``moquad ... | head -1``: the reader is gone before the command writes (its end of the pipe closed first,
+    so the first write fails). Ends as git and coreutils do: no message, status 141 (128 + SIGPIPE) - rich's
+    consoles (recipes, pretrain's report) and plain prints (--print-config) alike (before: status 1)."""
+    import os
+
+    from fixtures import coded_dataset
+
+    data = coded_dataset(tmp_path / "data", num_videos=8, num_frames=12, videos_per_shard=4) if "DATA" in args else None
+    args = [str(data) if a == "DATA" else str(tmp_path / "run") if a == "OUT" else a for a in args]
+    r, w = os.pipe()
+    os.close(r)  # `head` has read its line and gone
+    try:
+        done = subprocess.run([sys.executable, "-m", "moquad.cli", *args], stdout=w, stderr=subprocess.PIPE, text=True,
+                              timeout=300)
+    finally:
+        os.close(w)
+    assert (done.returncode, done.stderr) == (141, ""), done.stderr

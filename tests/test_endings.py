@@ -92,15 +92,19 @@ def test_two_ranks_end_when_rank_0_fails_mid_epoch(data, tmp_path):
     assert seconds < LIMIT
 
 
-def test_end_workers_kills_children_that_ignore_sigterm():
-    """The mechanism: daemonic children that ignore SIGTERM (as loader workers do) are gone after end_workers."""
+def test_end_workers_kills_the_loaders_workers_only(data):
+    """The mechanism: a loader's workers (which ignore SIGTERM) are gone after end_workers; a daemonic process of
+    the caller's own is not touched."""
     import multiprocessing as mp
 
-    ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_ignore_and_sleep, daemon=True) for _ in range(2)]
-    for p in procs:
-        p.start()
-    time.sleep(0.5)
+    from moquad.config import LoaderConfig
+    from moquad.data.pipeline import make_loader
+
+    own = mp.get_context("fork").Process(target=_ignore_and_sleep, daemon=True)
+    own.start()
+    it = iter(make_loader(data, LoaderConfig(frames=4, size=16, workers=2), batch_size=2))
+    next(it)
+    procs = list(it._workers)
     procs[0].terminate()  # SIGTERM: ignored, as multiprocessing's exit handler found it
     procs[0].join(1.0)
     assert procs[0].is_alive()
@@ -109,6 +113,80 @@ def test_end_workers_kills_children_that_ignore_sigterm():
     assert not any(p.is_alive() for p in procs) and time.time() - t0 < 5
     assert [p.exitcode for p in procs] == [-9, -9]
     assert workers.end_workers() == 0
+    assert own.is_alive()  # not the loader's: left alone
+    own.kill()
+    own.join()
+
+
+# A caller's own Pool has tasks in flight (started at step 1) when the run fails at step 2.
+POOL_SURVIVES = """
+import multiprocessing as mp, sys, time
+import moquad.train.loop as L
+
+def slow_square(x):
+    time.sleep(4)
+    return x * x
+
+pool, pending, real = mp.get_context("fork").Pool(2), [], L.forward_loss
+def forward_loss(*a, **k):
+    if not pending:
+        pending.append(pool.map_async(slow_square, range(4)))
+        return real(*a, **k)
+    raise RuntimeError("injected failure at step 2")
+L.forward_loss = forward_loss
+from moquad.cli import main
+sys.argv[0] = "moquad"
+try:
+    main()
+except BaseException as e:
+    print("run ended:", repr(e), flush=True)
+print("pool:", pending[0].get(timeout=60), flush=True)
+"""
+
+# The run on a thread (as Ray Train's runner thread or a notebook helper runs it) fails at step 3.
+ON_A_THREAD = """
+import multiprocessing as mp, sys, threading
+import moquad.train.loop as L
+real, calls = L.forward_loss, []
+def forward_loss(*a, **k):
+    calls.append(1)
+    if len(calls) == 3:
+        raise RuntimeError("injected failure at step 3")
+    return real(*a, **k)
+L.forward_loss = forward_loss
+from moquad.cli import main
+sys.argv[0] = "moquad"
+errors = []
+def run():
+    try:
+        main()
+    except BaseException as e:
+        errors.append(e)
+t = threading.Thread(target=run)
+t.start()
+t.join()
+print("error:", repr(errors[0]), flush=True)
+print("children:", [p.pid for p in mp.active_children()], flush=True)
+"""
+
+
+def test_a_callers_pool_survives_a_failing_run(data, tmp_path):
+    """A sweep driver's multiprocessing.Pool with tasks in flight: the failing run ends its loader workers only,
+    and the pool's map_async().get() returns the tasks' results."""
+    p = start(POOL_SURVIVES, pretrain_args(data, tmp_path / "run", 2), {})
+    out, err = p.communicate(timeout=240)
+    assert "run ended: RuntimeError('injected failure at step 2')" in out, err
+    assert "pool: [0, 1, 4, 9]" in out, err
+    assert p.returncode == 0
+
+
+def test_a_run_failing_on_a_thread_raises_its_error_and_ends_its_workers(data, tmp_path):
+    """Off the main thread no signal handler can be set: the real error comes out and no loader worker is left."""
+    p = start(ON_A_THREAD, pretrain_args(data, tmp_path / "run", 2), {})
+    out, err = p.communicate(timeout=240)
+    assert "error: RuntimeError('injected failure at step 3')" in out, err
+    assert "children: []" in out, out + err
+    assert p.returncode == 0
 
 
 def _ignore_and_sleep() -> None:

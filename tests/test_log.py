@@ -37,3 +37,18 @@ def test_a_failed_cut_keeps_the_whole_old_log(tmp_path, monkeypatch):
         RunLogger(tmp_path, start_step=4, tensorboard=False)
     assert [r["step"] for r in read_log(tmp_path / "log.jsonl")] == list(range(1, 11))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.jsonl"]  # no temp file left
+
+
+def test_tensorboard_gets_the_curves_not_the_time_or_the_step_count(tmp_path):
+    """``time`` (a Unix time: float32 rounds it to minutes) and ``steps`` (the steps a record averages) are record
+    fields, not curves: TensorBoard gets the losses and the lr, and the record's time as each point's wall time."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logger = RunLogger(tmp_path)
+    logger.log(10, {"loss": 2.5, "lr": 0.1, "steps": 1, "time": 1767225600.25, "bad_samples": 0})
+    logger.close()
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert sorted(events.Tags()["scalars"]) == ["train/bad_samples", "train/loss", "train/lr"]
+    (point,) = events.Scalars("train/loss")
+    assert (point.step, point.value, point.wall_time) == (10, 2.5, 1767225600.25)

@@ -132,3 +132,46 @@ def test_other_tools_read_the_manifests_unchanged(tmp_path):
     assert {r["video_id"]: r["num_frames"] for r in table.to_pylist()} == {v: f for v, (f, _) in lengths.items()}
     assert all(len(r["frame_offsets"]) == r["num_frames"] + 1 for r in table.to_pylist())
     assert both.count_rows(filter=ds.field("split") == "val") == 3
+
+
+@pytest.fixture
+def synth_copy(synth_root, tmp_path):
+    """A preprocessed copy of the synthetic UCF101 layout (no real clips needed)."""
+    out = tmp_path / "d"
+    preprocess(PreprocessConfig(dataset="ucf101", root=str(synth_root), out=str(out), short_side=32, workers=1),
+               quiet=True)
+    return out
+
+
+def test_the_manifests_folder_is_a_dataset_for_pyarrow_and_duckdb(synth_copy):
+    """``pyarrow.dataset.dataset(DIR/manifests)`` opened ``parts/config-000.json`` and failed: the per-part records
+    and JSON now live in ``manifests/_parts`` (``_``: skipped by pyarrow, Spark, Hive). The folder opens as is; the
+    videos of every split (errors.parquet set aside) are each read once, by pyarrow and by DuckDB."""
+    import duckdb
+    import pyarrow.dataset as ds
+
+    folder = synth_copy / "manifests"
+    want = sorted(v for s in ("train", "test")
+                  for v in store.read_manifest(synth_copy, s).column("video_id").to_pylist())
+    assert (folder / "_parts" / "config-000.json").is_file() and not (folder / "parts").exists()
+    whole = ds.dataset(folder)  # the default discovery: no JSON, no per-part record
+    assert sorted(p.rsplit("/", 1)[1] for p in whole.files) == ["errors.parquet", "test.parquet", "train.parquet"]
+    whole.to_table()
+    videos = ds.dataset(folder, ignore_prefixes=["_", ".", "errors"]).to_table()
+    assert videos.schema.equals(store.MANIFEST_SCHEMA) and sorted(videos.column("video_id").to_pylist()) == want
+    rows = duckdb.connect().execute(f"SELECT video_id FROM read_parquet('{folder}/*.parquet', union_by_name=true) "
+                                    "WHERE shard IS NOT NULL").fetchall()
+    assert sorted(r[0] for r in rows) == want
+
+
+def test_a_dataset_with_the_old_parts_folder_is_read_and_moved_by_the_next_merge(synth_copy):
+    """Datasets written before keep ``manifests/parts``: its records are read, and a merge moves the folder."""
+    from moquad.preprocess.run import merge
+
+    (synth_copy / "manifests" / "_parts").rename(synth_copy / "manifests" / "parts")
+    ok, _ = M.read_records(synth_copy)
+    assert ok.num_rows == sum(store.read_manifest(synth_copy, s).num_rows for s in ("train", "test")) > 0
+    merge(synth_copy, quiet=True)
+    folder = synth_copy / "manifests"
+    assert (folder / "_parts" / "done-000.json").is_file() and not (folder / "parts").exists()
+    assert M.verify(synth_copy) == []

@@ -256,3 +256,21 @@ def test_a_new_appearance_op_with_its_own_parameter_is_one_table_entry(coded, mo
     assert (views.permute(0, 1, 3, 4, 5, 2).double() - out).abs().max() <= 0.51  # the workers' uint8 views
     model_in = to_model(raw, "cpu", cfg.size)  # the device path reads the op's parameters too
     assert torch.allclose(model_in, to_model({"views": views}, "cpu", cfg.size), atol=0.51 / 255 / 0.21)
+
+
+@pytest.mark.parametrize("name", ["box", "lam", "index", "label", "raw"])
+def test_an_op_parameter_named_like_a_batch_key_is_refused(name):
+    """An op's own parameter called like a batch key would silently overwrite it: one clear error naming it."""
+    with pytest.raises(ValueError, match=rf"appearance op parameter '{name}' is named like a batch key"):
+        ops.AppearanceOp("clash", "", _draw_tint, _noise_tint, {name: ops.OpParam((3,), "float32", 0)})
+
+
+@pytest.mark.parametrize("device_side", [False, True])
+def test_batch_keys_are_the_loaders(coded, device_side):
+    """ops.BATCH_KEYS is what a batch holds besides the op's own parameters (so the refusal above is complete)."""
+    for op in ("rad_inter", "be"):
+        cfg = dataclasses.replace(PLAIN, appearance_op=op, augment_on_device=device_side)
+        batch = _batches(coded, cfg, n=1)[0]
+        assert set(batch) - set(ops.APPEARANCE_OPS[op].params) <= ops.BATCH_KEYS
+        if device_side:  # the op's parameters travel in the batch under their own names
+            assert set(ops.APPEARANCE_OPS[op].params) <= set(batch)

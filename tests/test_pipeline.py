@@ -438,3 +438,39 @@ def test_recycled_worker_buffers_give_the_same_batches(data, device_side):
     assert seen[: PREFETCH + 1] == seen[PREFETCH + 1 :] and len(set(seen)) == PREFETCH + 1
     ring.next_batch()
     assert ring.storage("views", 5000).nbytes() >= 5000
+
+
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true but no accelerator")
+def test_pin_memory_without_an_accelerator_gives_the_batches(data):
+    """The DataLoader pins only with an accelerator; without one nothing copies the batches out, so the workers
+    must not reuse their buffers: ``list(loader)`` with ``pin_memory=True`` (2 workers, each with more than
+    PREFETCH + 1 batches) equals the ``workers=0`` reference bit for bit, from make_loader and from a RunLoader."""
+    from moquad.data.pipeline import RunLoader
+
+    if torch.accelerator.is_available():
+        pytest.skip("pinning is really on with an accelerator")
+    cfg = dataclasses.replace(CFG, workers=2)
+    ref = list(make_loader(data, CFG, batch_size=2, epoch=1))
+    run = RunLoader(data, cfg, batch_size=2, pin_memory=True)
+    for loader in (make_loader(data, cfg, batch_size=2, epoch=1, pin_memory=True),
+                   make_loader(run, cfg, batch_size=2, epoch=1, pin_memory=True)):
+        got = list(loader)
+        assert len(got) == len(ref) == 7
+        assert all(torch.equal(g["views"], r["views"]) for g, r in zip(got, ref))
+    run.close()
+
+
+def test_a_live_run_loader_iterator_keeps_its_epoch(data):
+    """An iterator from make_loader(run, epoch=0) gives epoch 0's batches even after make_loader(run, epoch=1)."""
+    from moquad.data.pipeline import RunLoader
+
+    for workers in (0, 2):
+        cfg = dataclasses.replace(CFG, workers=workers)
+        ref = [_ids([b]) for b in make_loader(data, CFG, batch_size=2, epoch=0)]
+        assert ref != [_ids([b]) for b in make_loader(data, CFG, batch_size=2, epoch=1)]
+        run = RunLoader(data, cfg, batch_size=2)
+        it = iter(make_loader(run, cfg, batch_size=2, epoch=0))
+        first = _ids([next(it)])
+        make_loader(run, cfg, batch_size=2, epoch=1)
+        assert [first] + [_ids([b]) for b in it] == ref
+        run.close()

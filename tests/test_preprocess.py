@@ -210,7 +210,7 @@ def _run_and_kill(root: Path, out: Path, wait_for, timeout: float = 30.0) -> boo
 def test_kill_9_at_any_moment_then_resume_gives_the_same_videos(ucf, tmp_path):
     root, single, _, _ = ucf
     out = tmp_path / "crash"
-    parts = out / "manifests" / "parts"
+    parts = out / "manifests" / "_parts"
     shards = out / "shards"
     moments = [
         lambda o: any(shards.glob("*.tmp")),  # mid-shard

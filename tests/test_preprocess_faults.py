@@ -163,7 +163,7 @@ def test_disk_full_is_one_line_then_the_same_command_resumes(small, tmp_path, at
     assert line.startswith("error: no space left on device while writing ") and where in line, line
     assert " MB free); free space and re-run the same command to resume" in line
     assert "Traceback" not in r.stderr and _leftovers(out) == []
-    recorded = {p.stem for p in (out / "manifests" / "parts").glob("*.parquet")}
+    recorded = {p.stem for p in (out / "manifests" / "_parts").glob("*.parquet")}
     assert {p.stem for p in (out / "shards").glob("*.tar")} <= recorded  # no shard without its record
     r = cli(*args)
     assert r.returncode == 0, r.stderr
@@ -179,6 +179,6 @@ def test_read_only_output_is_one_line(small, tmp_path):
     r = cli("preprocess", "folder", str(root), "--out", str(out), *FAST, driver=DRIVER,
             env={"FAIL_AT": "fsync", "FAIL_N": "1", "FAIL_ERRNO": "EROFS"})
     line = one_error(r)
-    assert line == f"error: read-only file system: cannot write {out / 'manifests/parts/config-000.json'}; " \
+    assert line == f"error: read-only file system: cannot write {out / 'manifests/_parts/config-000.json'}; " \
                    "choose a writable output folder"
     assert _leftovers(out) == []

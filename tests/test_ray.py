@@ -115,7 +115,7 @@ def test_shards_the_engine_wrote_where_this_node_cannot_see_are_an_error(raw, tm
 
     monkeypatch.setitem(run.ENGINES, "ray", lambda plans, *a: None)  # every task 'succeeded' somewhere else
     out = tmp_path / "d"
-    with pytest.raises(MoquadError, match=r"^(\d+) of \1 planned shards have no record in .*/d/manifests/parts after "
+    with pytest.raises(MoquadError, match=r"^(\d+) of \1 planned shards have no record in .*/d/manifests/_parts after "
                                           r"the ray engine finished \(first: test-000-000000\).*every node mounts"):
         preprocess(_cfg(raw, out, engine="ray"), quiet=True)
     assert not (out / "dataset.json").exists()

@@ -51,7 +51,7 @@ def test_offsets_point_at_tar_members_and_shards_roll(tmp_path):
             f.seek(row["jpgs_offset"])
             assert f.read(len(payload)) == payload
         # the record (commit point) holds the row
-        rec = pq.read_table(tmp_path / "manifests" / "parts" / row["shard"].split("/")[1].replace(".tar", ".parquet"))
+        rec = pq.read_table(tmp_path / "manifests" / "_parts" / row["shard"].split("/")[1].replace(".tar", ".parquet"))
         assert row["video_id"] in rec.column("video_id").to_pylist()
     got = {json.loads(s["json"])["video_id"]: s["jpgs"] for s in wds.WebDataset(
         [str(tmp_path / "shards" / s) for s in shards], shardshuffle=False)}

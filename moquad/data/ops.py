@@ -78,6 +78,12 @@ MOTION_OPS: dict[str, MotionOp] = {
 # ----------------------------------------------------------------------------- appearance
 
 
+# A batch's keys besides the appearance op's own parameters (moquad.data.pipeline, both paths; tests/test_ops.py
+# checks a real batch has no other): a parameter by one of these names would silently overwrite the batch's value.
+BATCH_KEYS = frozenset({"raw", "views", "frame_index", "box", "flip", "colour_ops", "colour_factors", "lam", "pool",
+                        "appearance_op", "view_names", "video_id", "index", "label", "bad", "bytes", "info"})
+
+
 @dataclass(frozen=True)
 class OpParam:
     """A per-view parameter of an appearance op: :class:`~moquad.data.views.ViewParams` holds it (V, *shape) and
@@ -120,6 +126,12 @@ class AppearanceOp:
     draw: Callable[[dict[str, Any], np.random.Generator], Disturbed | None]
     noise: Callable[..., Any] | None
     params: dict[str, OpParam] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        clash = sorted(set(self.params) & BATCH_KEYS)
+        if clash:
+            raise ValueError(f"appearance op parameter {clash[0]!r} is named like a batch key and would overwrite it; "
+                             f"rename it (batch keys: {', '.join(sorted(BATCH_KEYS))})")
 
     @property
     def pool_params(self) -> tuple[str, ...]:

@@ -50,7 +50,7 @@ from moquad.data.epoch_plan import EpochPlan, stream
 from moquad.data.ops import APPEARANCE_OPS
 from moquad.data.store import BadSample, Split, decode_frames, decode_jpeg, reduced_hw
 from moquad.data.views import ViewParams, cell_size, check_config, draw_views, needs_donors, reduce_views
-from moquad.data.workers import ignore_preemption
+from moquad.data.workers import ignore_preemption, track
 from moquad.errors import MoquadError
 from moquad.objstore import Location
 
@@ -407,7 +407,8 @@ class _RunBatches(Dataset):
 
 
 class _Sampler:
-    """The run loader's sampler: the batches ``start..end-1`` of the epoch :meth:`RunLoader.epoch` set last."""
+    """The run loader's sampler: the batches ``start..end-1`` of the epoch :meth:`RunLoader.epoch` set last, as
+    it was when the iteration began (a later :meth:`RunLoader.epoch` does not change a live iterator's batches)."""
 
     def __init__(self) -> None:
         self.spec, self.start = None, 0
@@ -416,7 +417,8 @@ class _Sampler:
         return 0 if self.spec is None else self.spec.end - self.start
 
     def __iter__(self) -> Iterator[tuple[_Epoch, int]]:
-        return ((self.spec, j) for j in range(self.start, 0 if self.spec is None else self.spec.end))
+        spec, start = self.spec, self.start
+        return ((spec, j) for j in range(start, 0 if spec is None else spec.end))
 
 
 class RunLoader:
@@ -430,7 +432,7 @@ class RunLoader:
         self.num_batches = EpochPlan(len(self.split), batch_size, world_size, cfg.seed, 0).num_batches
         self.batch_size, self.rank, self.world_size, self.pin_memory = batch_size, rank, world_size, pin_memory
         self.sampler = _Sampler()
-        self.recycle = pin_memory if recycle is None else recycle
+        self.recycle = _recycle(pin_memory, recycle)
         ds = _RunBatches(self.split, batch_size, world_size, rank, self.recycle)
         self.loader = _data_loader(ds, self.sampler, cfg.workers, pin_memory, persistent=cfg.workers > 0)
         atexit.register(_stop_workers, weakref.ref(self.loader))  # runs before multiprocessing's exit handler
@@ -467,13 +469,26 @@ def _open(data: Location | Split, cfg: LoaderConfig, split: str, rank: int, worl
     return data
 
 
+def _recycle(pin_memory: bool, recycle: bool | None) -> bool:
+    """``recycle`` as asked, else on only where pinning really copies every batch out: the DataLoader pins only
+    with an accelerator, and without one a caller who keeps batches (``list(loader)``) would hold reused buffers."""
+    return pin_memory and torch.accelerator.is_available() if recycle is None else recycle
+
+
 def _check_start(start: int, total: int) -> None:
     if not 0 <= start <= total:
         raise ValueError(f"start batch {start} outside the epoch's {total} batches")
 
 
+class _Loader(DataLoader):
+    """A DataLoader whose worker processes :func:`moquad.data.workers.end_workers` can end (and only those)."""
+
+    def __iter__(self):  # noqa: ANN204 (DataLoader's iterator type is private)
+        return track(super().__iter__())
+
+
 def _data_loader(ds: Dataset, sampler: Any, workers: int, pin_memory: bool, persistent: bool) -> DataLoader:
-    return DataLoader(ds, batch_size=None, sampler=sampler, collate_fn=_passthrough, num_workers=workers,
+    return _Loader(ds, batch_size=None, sampler=sampler, collate_fn=_passthrough, num_workers=workers,
                       pin_memory=pin_memory, persistent_workers=persistent,
                       prefetch_factor=PREFETCH if workers > 0 else None, worker_init_fn=ignore_preemption)
 
@@ -495,9 +510,9 @@ def make_loader(
 ) -> DataLoader:
     """DataLoader of rank ``rank``'s batches ``start, start+1, ...`` of epoch ``epoch`` (module docstring).
 
-    ``mode`` picks the views (``views.MODES``; the trainer sets it per epoch). ``recycle`` (default: ``pin_memory``):
-    workers reuse their shared batch buffers (:class:`BufferRing`); only for a consumer that copies each batch out
-    before asking for the next.
+    ``mode`` picks the views (``views.MODES``; the trainer sets it per epoch). ``recycle`` (default: on when
+    ``pin_memory`` really pins, i.e. with an accelerator): workers reuse their shared batch buffers
+    (:class:`BufferRing`); only for a consumer that copies each batch out before asking for the next.
     Batches: ``views`` uint8 (B, V, 3, T, H, W) (or, with ``augment_on_device``, ``raw`` frames and the
     view parameters for ``augment.to_model``; ``box`` in the pixels of the frames as decoded), ``view_names``, ``video_id``, ``index`` int64 (B,) (manifest
     row, the identity the losses mask by), ``label`` int64 (B,), ``lam`` float32 (B, V), ``bad`` (skipped
@@ -507,7 +522,7 @@ def make_loader(
     built once per run, workers kept across epochs); the batches are the same.
     """
     check_config(cfg, mode)
-    recycle = pin_memory if recycle is None else recycle
+    recycle = _recycle(pin_memory, recycle)
     if isinstance(data_dir, RunLoader):
         run = data_dir
         got, built = (batch_size, rank, world_size, pin_memory, recycle), \

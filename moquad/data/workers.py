@@ -6,16 +6,23 @@ the step its rank is finishing before the preemption checkpoint, so workers igno
 
 The price: when an exception ends a run, the live loader iterator is still referenced by the traceback,
 Python's multiprocessing exit handler sends the (daemonic) workers SIGTERM and joins them, and the process
-hangs forever, holding its nodes. :func:`end_workers` kills them first (SIGKILL cannot be ignored).
+hangs forever, holding its nodes. :func:`end_workers` kills them first (SIGKILL cannot be ignored): only the
+workers of moquad's own loaders (:func:`track`), never a caller's processes (a ``multiprocessing.Pool`` of a
+sweep driver or a notebook), and from any thread (Ray Train runs the training function on a thread of its own).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import signal
+import weakref
+from typing import Any
+
+from torch.utils.data._utils import signal_handling
 
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 JOIN_TIMEOUT = 10.0  # seconds to wait for a killed worker to be reaped
+
+_iterators: weakref.WeakSet = weakref.WeakSet()  # live multi-process iterators of moquad's loaders
 
 
 def ignore_preemption(_worker_id: int) -> None:
@@ -24,22 +31,30 @@ def ignore_preemption(_worker_id: int) -> None:
         signal.signal(s, signal.SIG_IGN)
 
 
+def track(iterator: Any) -> Any:
+    """Remember a DataLoader iterator's worker processes for :func:`end_workers`; returns the iterator."""
+    if getattr(iterator, "_workers", None):
+        _iterators.add(iterator)
+    return iterator
+
+
 def end_workers() -> int:
-    """SIGKILL this process's daemonic children (the DataLoader workers) and reap them; returns how many.
+    """SIGKILL the live workers of moquad's loaders (:func:`track`) and reap them; returns how many.
 
     torch's SIGCHLD handler would turn each death into a "DataLoader worker is killed" RuntimeError raised over
-    the error that is ending the run, so it is set aside while they die.
+    the error that is ending the run, so the iterator's workers are first taken off its watch list (what the
+    iterator's own shutdown does); no signal handler is changed, so this works on any thread.
     """
-    workers = [p for p in multiprocessing.active_children() if p.daemon]
-    if not workers:
-        return 0
-    previous = signal.getsignal(signal.SIGCHLD)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    try:
-        for p in workers:
+    ended = 0
+    for it in list(_iterators):
+        if getattr(it, "_worker_pids_set", False):
+            signal_handling._remove_worker_pids(id(it))
+            it._worker_pids_set = False
+        alive = [p for p in it._workers if p.is_alive()]
+        for p in alive:
             p.kill()
-        for p in workers:
+        for p in alive:
             p.join(JOIN_TIMEOUT)
-    finally:
-        signal.signal(signal.SIGCHLD, previous if previous is not None else signal.SIG_DFL)
-    return len(workers)
+        ended += len(alive)
+        _iterators.discard(it)
+    return ended

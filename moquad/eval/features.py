@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,11 @@ from moquad.eval.common import (
 )
 from moquad.objstore import is_url
 from moquad.train.checkpoint import load_model
+
+# Lance warns "not fork-safe" at every fork once imported: a child that uses Lance's runtime can deadlock. Ours never
+# do (DataLoader workers decode clips; Lance reads and writes the cache in the parent only), so the warning (twice
+# per command: one per worker) is noise here.
+warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning, module="lance")
 
 META_KEY = b"moquad"
 

@@ -1,10 +1,13 @@
 """Manifest schema (manifests/SCHEMA.md), atomic Parquet I/O, readers and ``verify``.
 
-Per-part progress lives in ``DIR/manifests/parts/``: one record per committed shard
+Per-part progress lives in ``DIR/manifests/_parts/``: one record per committed shard
 (``{split}-{part:03d}-{n:06d}.parquet``), that shard's error rows (``errors-{split}-{part:03d}-{n:06d}.parquet``),
 the error rows known from the listing (``errors-_listing-{part:03d}-000000.parquet``),
 the part's settings (``config-{part:03d}.json``) and, once a part finished, ``done-{part:03d}.json``.
-Merging concatenates the records into ``manifests/{split}.parquet`` and ``errors.parquet``.
+Merging concatenates the records into ``manifests/{split}.parquet`` and ``errors.parquet``. The leading ``_``
+keeps the records (and the parts' JSON) out of ``pyarrow.dataset.dataset(DIR/manifests)``, Spark and Hive, which
+skip ``_`` and ``.`` names; datasets written before (``manifests/parts/``) are read as they are and moved to the
+new name by the next writer (:func:`migrate_parts`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 import tarfile
 from pathlib import Path
@@ -51,8 +55,24 @@ def write_json(obj: Any, path: str | Path) -> None:
     atomic_write_bytes(path, json.dumps(obj, indent=2, ensure_ascii=False).encode("utf-8"))
 
 
+PARTS = "_parts"  # manifests/_parts: the per-part records
+OLD_PARTS = "parts"  # its name before: still read
+
+
 def parts_dir(data_dir: str | Path) -> Path:
-    return Path(data_dir) / "manifests" / "parts"
+    """Where the per-part records are written (``DIR/manifests/_parts``)."""
+    return Path(data_dir) / "manifests" / PARTS
+
+
+def migrate_parts(data_dir: str | Path) -> None:
+    """A writer of a folder made by an older moquad moves ``manifests/parts`` to ``manifests/_parts`` (one rename),
+    so the records stay in one place; a folder with both (never made by moquad) is left as it is."""
+    old, new = Path(data_dir) / "manifests" / OLD_PARTS, parts_dir(data_dir)
+    if old.is_dir() and not new.exists():
+        try:
+            os.replace(old, new)
+        except FileNotFoundError:  # another part of the job (--num-parts on shared storage) moved it first
+            pass
 
 
 def write_record(data_dir: str | Path, split: str, part: int, index: int, rows: list[dict[str, Any]]) -> None:
@@ -69,6 +89,7 @@ def write_error_record(data_dir: str | Path, stem: str, rows: list[dict[str, Any
 def read_records(data_dir: str | Path, part: int | None = None) -> tuple[pa.Table, pa.Table]:
     """All committed manifest rows and error rows (of one part, or of all parts)."""
     pdir = parts_dir(data_dir)
+    pdir = pdir if pdir.is_dir() else Path(data_dir) / "manifests" / OLD_PARTS  # a folder not migrated yet
     pat = "*" if part is None else f"*-{part:03d}-*"
     ok, bad = [], []
     for f in sorted(pdir.glob(f"{pat}.parquet")) if pdir.is_dir() else []:

@@ -1,6 +1,6 @@
 """A part's state on disk, for resuming: its settings (a changed setting is refused) and its records.
 
-Committed = recorded in ``manifests/parts/``; everything else of the part (temp files, a shard
+Committed = recorded in ``manifests/_parts/``; everything else of the part (temp files, a shard
 renamed but not recorded) is removed on start and its videos are done again.
 """
 
@@ -34,6 +34,7 @@ def prepare(out: Path, cfg: PreprocessConfig, listing: Listing, encoder: str, sp
     and ``seed`` decide each video's split), so a change is refused; a key an older moquad did not
     write counts as its default (None).
     """
+    manifest.migrate_parts(out)
     pdir = manifest.parts_dir(out)
     settings = _settings(cfg, encoder)
     for f in sorted(pdir.glob("config-*.json")) if pdir.is_dir() else []:

@@ -102,9 +102,11 @@ def staged(out: str) -> Iterator[tuple[Path, str | None]]:
 
 
 def pull_parts(remote: str, stage: Path) -> None:
-    """Copy the remote part records (``manifests/parts/``) into the staging folder."""
-    for name in objstore.listdir(objstore.join(remote, "manifests", "parts")):
-        objstore.download(str(objstore.join(remote, "manifests", "parts", name)), manifest.parts_dir(stage) / name)
+    """Copy the remote part records (``manifests/_parts/``, and ``manifests/parts/`` of an older moquad: read, never
+    written again) into the staging folder."""
+    for folder in (manifest.OLD_PARTS, manifest.PARTS):  # the new name wins
+        for name in objstore.listdir(objstore.join(remote, "manifests", folder)):
+            objstore.download(str(objstore.join(remote, "manifests", folder, name)), manifest.parts_dir(stage) / name)
 
 
 def push(stage: Path, remote: str | None, rel: str) -> None:
@@ -117,7 +119,7 @@ def _listing_errors(stage: Path, remote: str | None, listing: Listing, part: int
     if part == 0 and listing.duplicates:
         stem = f"_listing-{part:03d}-000000"
         manifest.write_error_record(stage, stem, [shardplan.error_row(v, r) for v, r in listing.duplicates])
-        push(stage, remote, f"manifests/parts/errors-{stem}.parquet")
+        push(stage, remote, f"manifests/{manifest.PARTS}/errors-{stem}.parquet")
 
 
 @lock.exclusive("preprocess")  # a second writer of this --out (and part) is refused
@@ -136,7 +138,7 @@ def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = F
     listing, split_record = list_and_split(cfg)
     with staged(cfg.out) as (out, remote):
         resume.prepare(out, cfg, listing, encoder, split_record)
-        push(out, remote, f"manifests/parts/config-{cfg.part:03d}.json")
+        push(out, remote, f"manifests/{manifest.PARTS}/config-{cfg.part:03d}.json")
         by_split = plan(listing, cfg)
         plans = shardplan.plan_shards(by_split, cfg.part, cfg.shard_size)
         done, recorded = resume.state(out, cfg.part)
@@ -154,7 +156,7 @@ def preprocess(cfg: PreprocessConfig, *, encoder: str = "mjpeg", quiet: bool = F
         names = set(split_record["videos"]) | {v.split for v in listing.videos + listing.missing}
         summary = part_summary(out, cfg.part, names, time.perf_counter() - t0, remote or out)
         manifest.write_json(summary, manifest.parts_dir(out) / f"done-{cfg.part:03d}.json")
-        push(out, remote, f"manifests/parts/done-{cfg.part:03d}.json")
+        push(out, remote, f"manifests/{manifest.PARTS}/done-{cfg.part:03d}.json")
         if all((manifest.parts_dir(out) / f"done-{p:03d}.json").is_file() for p in range(cfg.num_parts)):
             summary["merged"] = _merge(out, remote, cfg.out, quiet=True)
     if not quiet:
@@ -168,7 +170,7 @@ def _check_recorded(out: Path, plans: list[shardplan.ShardPlan], cfg: Preprocess
     pdir = manifest.parts_dir(out)
     lost = [sp.stem for sp in plans if not (pdir / f"{sp.stem}.parquet").is_file()]
     if lost:
-        raise MoquadError(f"{len(lost)} of {len(plans)} planned shards have no record in {cfg.out}/manifests/parts "
+        raise MoquadError(f"{len(lost)} of {len(plans)} planned shards have no record in {cfg.out}/manifests/{manifest.PARTS} "
                           f"after the {cfg.engine} engine finished (first: {lost[0]}): the tasks wrote where this node "
                           "cannot see; give --out a folder every node mounts, or an s3:// / gs:// URL, and re-run")
 
@@ -180,6 +182,7 @@ def merge(out_dir: str | Path, *, quiet: bool = False) -> dict[str, Any]:
 
 
 def _merge(out: Path, remote: str | None, where: str, *, quiet: bool) -> dict[str, Any]:
+    manifest.migrate_parts(out)
     pdir = manifest.parts_dir(out)
     configs = sorted(pdir.glob("config-*.json")) if pdir.is_dir() else []
     if not configs:

@@ -6,7 +6,7 @@ manifests. The plan: per split, this part's videos (seeded order) cut into conse
 most ``shard_size`` bytes of *source* video (a video's output size is unknown until it is transcoded;
 the source size is known up front and stable, so the plan is deterministic and a re-run recomputes it).
 
-A shard's commit point is its record ``manifests/parts/{split}-{part:03d}-{n:06d}.parquet``: written
+A shard's commit point is its record ``manifests/_parts/{split}-{part:03d}-{n:06d}.parquet``: written
 after the tar (and its error rows), so a shard without a record is redone whole. With an object-store
 ``--out`` the tar and the records are uploaded in that same order.
 """
@@ -105,14 +105,14 @@ def write_shard(stage: Path, sp: ShardPlan, results: Iterable[tuple[Video, tuple
     except BaseException:
         writer.abort()
         raise
-    _publish(stage, remote, f"manifests/parts/{sp.stem}.parquet")
+    _publish(stage, remote, f"manifests/{manifest.PARTS}/{sp.stem}.parquet")
     return len(rows), len(errors)
 
 
 def _write_errors(stage: Path, sp: ShardPlan, errors: list[dict[str, Any]], remote: str | None) -> None:
     if errors:
         manifest.write_error_record(stage, sp.stem, errors)
-        _publish(stage, remote, f"manifests/parts/errors-{sp.stem}.parquet")
+        _publish(stage, remote, f"manifests/{manifest.PARTS}/errors-{sp.stem}.parquet")
 
 
 def check_plan(plans: Sequence[ShardPlan], recorded: dict[str, set[str]], out: Any) -> None:

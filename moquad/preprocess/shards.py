@@ -1,7 +1,7 @@
 """Atomic webdataset shard writer: one tar sample per video (``{key}.json`` + ``{key}.jpgs``).
 
 A shard is written to ``{name}.tmp`` and renamed to its final ``.tar`` name only when complete
-(``os.replace`` after fsync), then its manifest rows are recorded in ``manifests/parts/`` (also
+(``os.replace`` after fsync), then its manifest rows are recorded in ``manifests/_parts/`` (also
 atomically). The record is the commit point: a ``.tar`` without a record (a crash between the
 two renames) is deleted on resume and its videos are redone, so no half shard is ever visible
 under a final name and no video is written twice.

@@ -14,6 +14,10 @@ from typing import Any
 
 from moquad.io import atomic_write_text
 
+# record fields that are not curves: ``time`` (the Unix time of the record: TensorBoard's wall time, which a float32
+# scalar would round to minutes) and ``steps`` (how many steps the record's means cover)
+NOT_SCALARS = ("step", "time", "steps")
+
 
 def read_log(path: str | Path) -> list[dict[str, Any]]:
     """All records of a ``log.jsonl`` (a torn last line from a killed run is skipped)."""
@@ -59,9 +63,10 @@ class RunLogger:
         self._f.write(json.dumps(rec) + "\n")
         self._f.flush()
         if self._tb is not None:
+            walltime = rec["time"] if isinstance(rec.get("time"), float) else None
             for k, v in rec.items():
-                if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                    self._tb.add_scalar(f"train/{k}", v, step)
+                if k not in NOT_SCALARS and isinstance(v, (int, float)) and not isinstance(v, bool):
+                    self._tb.add_scalar(f"train/{k}", v, step, walltime=walltime)
 
     def close(self) -> None:
         self._f.close()
