@@ -176,6 +176,17 @@ def resume(cfg: PretrainConfig, path: Path, model: torch.nn.Module, optimizer: t
     return int(ckpt["step"])
 
 
+def resume_message(path: Path, start: int, spe: int, epochs: int) -> str:
+    """The line a ``--resume`` run prints: the checkpoint and step it continues from, or that it starts fresh."""
+    if not path.is_file():
+        return f"no checkpoint in {path.parent.parent}: starting fresh"
+    total = spe * epochs
+    if start >= total:
+        return f"resuming from {path} at step {start} of {total}: all {epochs} epochs are done, nothing to train"
+    where = "the start of" if start % spe == 0 else f"step {start % spe + 1} of {spe} in"
+    return f"resuming from {path} at step {start} of {total} (continuing at {where} epoch {start // spe + 1} of {epochs})"
+
+
 def check_global_batch(saved: dict[str, Any], batch_size: int, path: Path) -> None:
     """Elastic resume: ranks and workers may change, the GLOBAL batch may not (the epoch plan slices each epoch's
     permutation by it, so another batch would be another data order: refused rather than silently re-planned)."""
