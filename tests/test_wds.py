@@ -3,6 +3,8 @@ offset reader (moquad.data.store.Split) reads them from the manifest."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from test_features import make_tiny_dataset
@@ -81,7 +83,6 @@ def test_a_wrong_frames_is_one_clear_error_at_the_call(data, bad):
 
 def _documented_calls():
     """Every ``wds.stream(...)`` / ``stream(...)`` call the README, the docs pages and the module docstring show."""
-    import re
     from pathlib import Path
 
     import moquad.wds
@@ -98,7 +99,7 @@ def _documented_calls():
                 if depth == 0:
                     break
             calls.append(" ".join(text[m.start():i].split()))
-    return calls
+    return [c for c in calls if re.match(r'stream\([^,()]+,\s*"\w+"', c)]  # examples name their split; prose: stream(...)
 
 
 def test_the_documented_stream_examples_run(data):
@@ -107,9 +108,9 @@ def test_the_documented_stream_examples_run(data):
     calls = _documented_calls()
     assert any("frames=..." in c for c in calls) or any("frames=16" in c for c in calls), calls
     for call in calls:
-        code = call.replace("moquad.wds.stream", "stream").replace('"data/ucf101"', "DIR").replace("frames=...",
-                                                                                                  "frames=4")
+        code = re.sub(r"^stream\(\s*[^,]+,", "stream(DIR,", call.replace("moquad.wds.stream", "stream"))  # any folder
+        code = code.replace("frames=...", "frames=4")
         pipe = eval(code, {"stream": stream, "DIR": str(data), "range": range, "min": min})  # noqa: S307
-        items = list(pipe)
-        assert len(items) == 7 and all(f.dtype == np.uint8 and f.ndim == 4 and f.shape[-1] == 3 for f, _ in items)
+        items, split = list(pipe), re.match(r'stream\(DIR,\s*"(\w+)"', code)[1]
+        assert len(items) == read_manifest(data, split).num_rows and all(f.dtype == np.uint8 and f.ndim == 4 and f.shape[-1] == 3 for f, _ in items)
         assert all(isinstance(label, int) and 0 <= label for _, label in items)

@@ -30,8 +30,9 @@ def ema(values: np.ndarray | list[float], window: int) -> np.ndarray:
 
 
 def smoothing_window(points: int) -> int:
-    """The EMA window for a curve of ``points`` values: a tenth of the run, between 1 and 50 steps."""
-    return int(min(50, max(1, round(points / 10))))
+    """The EMA window for a curve of ``points`` values: a 15th of the run, between 1 and 25 steps (a longer one lags
+    behind the fast first drop of the loss)."""
+    return int(min(25, max(1, round(points / 15))))
 
 
 def candidates(run_dir: Path, mode: str) -> int | None:
