@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from moquad.config import (
     ConfigError,
+    EvalConfig,
     FinetuneConfig,
     LinearConfig,
     LoaderConfig,
@@ -55,6 +56,26 @@ CHOICES: dict[tuple[type, str], Mapping[str, Any]] = {
 }
 
 
+# config class -> (what its recipes are, the commands that take them, their stage folder): a recipe of another
+# stage given to a command is named as such (an evaluation recipe given to `moquad pretrain`)
+RECIPE_KINDS: dict[type, tuple[str, str, str]] = {
+    PreprocessConfig: ("a preprocessing recipe", "`moquad preprocess`", "preprocess"),
+    PretrainConfig: ("a pre-training recipe", "`moquad pretrain`", "train"),
+    EvalConfig: ("an evaluation recipe", "`moquad retrieve`, `linear`, `finetune`, `extract` or `cam`", "eval"),
+}
+
+
+def other_stage(cfg: Any, values: Mapping[str, Any], recipe: str | Path) -> str | None:
+    """Why a recipe whose settings ``cfg`` refuses was given to the wrong command: its settings are all those of
+    another stage's config (:data:`RECIPE_KINDS`); None when they are not (a typo, then)."""
+    own = RECIPE_KINDS.get(type(cfg))
+    for cls, (what, commands, _) in RECIPE_KINDS.items():
+        if own and cls is not type(cfg) and values and set(values) <= {f.name for f in fields(cls)}:
+            return (f"recipe {recipe} is {what} (for {commands}), not {own[0]}; use it there, or give "
+                    f"this one {own[0]} (`moquad recipes --stage {own[2]}` lists them)")
+    return None
+
+
 def choices(cls: type, name: str) -> tuple[str, ...] | None:
     """The names field ``name`` of config class ``cls`` may take from its table; None for a field without one."""
     table = CHOICES.get((cls, name))
@@ -76,11 +97,13 @@ def resolve(cfg: T, recipe: str | Path | None, overrides: dict[str, Any], sets: 
     """defaults < recipe < named flags < ``--set`` assignments; ``None`` in ``overrides`` means 'flag not given'.
     The result is checked whole, table choices included."""
     if recipe:
+        values = load_recipe(recipe)
         try:
-            cfg = update(cfg, load_recipe(recipe))
+            cfg = update(cfg, values)
             check_choices(cfg)
         except ConfigError as e:
-            raise ConfigError(e.key, e.problem, f"{e} (in recipe {recipe})") from None
+            why = other_stage(cfg, values, recipe) if e.problem == "is unknown" else None
+            raise ConfigError(e.key, e.problem, why or f"{e} (in recipe {recipe})") from None
     given: dict[str, Any] = {}
     for key, value in overrides.items():
         if value is None:

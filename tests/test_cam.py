@@ -88,3 +88,20 @@ def test_cam_from_raw_video_file(real_videos_dir, tmp_path):
     meta = json.loads(png.with_suffix(".json").read_text())
     assert meta["method"] == "norm" and meta["source"]["num_frames"] > 4
     assert np.diff(meta["source"]["frame_indices"]).tolist() == [2, 2, 2]
+
+
+def test_strip_has_a_colour_bar_and_source_frame_numbers():
+    """Each column is labelled with the frame number in the source video; a colour bar gives the scale."""
+    import matplotlib.pyplot as plt
+
+    from moquad.eval.cam import strip_figure
+
+    clip = torch.randint(0, 255, (3, 8, 16, 16), dtype=torch.uint8)
+    amap = np.random.default_rng(0).random((8, 16, 16))
+    source = [105, 109, 113, 117, 121, 125, 129, 133]
+    fig = strip_figure(clip, amap, "v", 4, source)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == ["frame 105", "frame 113", "frame 125", "frame 133"]  # columns round(linspace(0, 7, 4))
+    bars = [ax for ax in fig.axes if ax.get_ylabel() == "activation" and not ax.images]  # the colour bar axis
+    assert len(bars) == 1 and bars[0].get_ylim() == (0.0, 1.0)
+    plt.close(fig)

@@ -327,3 +327,46 @@ def test_a_closed_stdout_ends_quietly_with_141(tmp_path, args):
     finally:
         os.close(w)
     assert (done.returncode, done.stderr) == (141, ""), done.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    from test_features import make_tiny_dataset
+
+    return make_tiny_dataset(tmp_path_factory.mktemp("cli") / "data", {"train": 4, "test": 4}, frames=8)
+
+
+@pytest.mark.parametrize("case, args, message", [
+    ("raw", ["pretrain", "--data", "{tmp}/raw", "--out", "{tmp}/run"],
+     "this looks like raw videos: run `moquad preprocess folder {tmp}/raw --out OUT` first, then pass --data OUT"),
+    ("raw", ["info", "{tmp}/raw"],
+     "this looks like raw videos: run `moquad preprocess folder {tmp}/raw --out OUT` first"),
+    ("shards", ["pretrain", "--data", "{data}/shards", "--out", "{tmp}/run"],
+     "this is the shards/ folder of a dataset: pass its parent, --data {data}"),
+    ("shards", ["retrieve", "--data", "{data}/shards", "--checkpoint", "{tmp}/sd.pt"],
+     "this is the shards/ folder of a dataset: pass its parent, --data {data}"),
+    ("sd", ["motion", "--data", "{data}", "{tmp}/sd.pt", "--out", "{tmp}/m"],
+     "{tmp}/sd.pt is not a moquad checkpoint (a plain state dict: weights without a moquad config; `moquad motion` "
+     "reads torchvision video weights as ARCH:{tmp}/sd.pt with ARCH one of r3d_18, mc3_18, r2plus1d_18, s3d)"),
+    ("recipe", ["pretrain", "--data", "{data}", "--recipe", "eval/cpu_demo.yaml"],
+     "eval/cpu_demo.yaml is an evaluation recipe (for `moquad retrieve`, `linear`, `finetune`, `extract` or `cam`), "
+     "not a pre-training recipe; use it there, or give this one a pre-training recipe (`moquad recipes --stage "
+     "train` lists them)"),
+    ("recipe", ["retrieve", "--data", "{data}", "--checkpoint", "{tmp}/sd.pt", "--recipe", "train/cpu_demo.yaml"],
+     "train/cpu_demo.yaml is a pre-training recipe (for `moquad pretrain`), not an evaluation recipe"),
+])
+def test_error_lines_point_to_the_fix(tiny_data, tmp_path, case, args, message):
+    """The mistakes a new user makes (issue 41): the raw video folder or the shards/ folder as --data, torchvision
+    weights without ARCH:, a recipe of another stage: one line that names the fix, exit code 2, no output."""
+    import torch
+
+    (tmp_path / "raw" / "walk").mkdir(parents=True)
+    (tmp_path / "raw" / "walk" / "v01.mp4").write_bytes(b"\x00" * 64)
+    torch.save({"conv.weight": torch.ones(2)}, tmp_path / "sd.pt")
+    fill = {"{tmp}": str(tmp_path), "{data}": str(tiny_data)}
+    args = [re.sub("{tmp}|{data}", lambda m: fill[m[0]], a) for a in args]
+    result = subprocess.run([sys.executable, "-m", "moquad.cli", *args], capture_output=True, text=True)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert re.sub("{tmp}|{data}", lambda m: fill[m[0]], message) in lines[0]
+    assert not (tmp_path / "run").exists() and not (tmp_path / "m").exists()

@@ -121,7 +121,9 @@ def bad_checkpoints(folder: Path) -> dict[str, tuple[Path, str]]:
     torch.save({"x": _Evil()}, folder / "evil.pt")
     out["evil"] = (folder / "evil.pt", "refused for safety: it holds a pickled Python object (posix.system)")
     torch.save({"conv.weight": torch.ones(2)}, folder / "state_dict.pt")
-    out["state_dict"] = (folder / "state_dict.pt", "no 'model' or 'config' entry; a plain state dict?")
+    out["state_dict"] = (folder / "state_dict.pt", "a plain state dict: weights without a moquad config; `moquad motion` reads "
+                         f"torchvision video weights as ARCH:{folder / 'state_dict.pt'} with ARCH one of r3d_18, "
+                         "mc3_18, r2plus1d_18, s3d")
     torch.save([1, 2], folder / "list.pt")
     out["list"] = (folder / "list.pt", "it holds a list, not a checkpoint dict")
     torch.save({"model": {"w": torch.ones(1)}, "config": {"backbone": "tiny", "proj_dim": 8, "proj_hidden": 8}},

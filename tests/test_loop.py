@@ -432,3 +432,26 @@ def test_baseline_ladder_views_and_loss(coded_shards, method, switches, names, d
     want, _, _ = ref_quad(z.double(), names, 0.1, 0.01, 1.5, range(4))
     assert float(got) == pytest.approx(float(want), rel=1e-5)
 
+
+
+@pytest.mark.parametrize("videos, batch, epochs, want", [
+    # already on train/cpu_demo.yaml (batch 16, 60 epochs) with a small split: no advice to use what it uses
+    (20, 16, 60, None),
+    (13, 13, 20, "only 20 optimizer steps (13 videos in batches of 13: 1 per epoch, 20 epochs); the split is small "
+                 "for batch 13; for at least 50 steps use --epochs 50, or --batch-size 4 (3 steps per epoch)"),
+    (13, 8, 6, "only 6 optimizer steps (13 videos in batches of 8: 1 per epoch, 6 epochs); the split is small for "
+               "batch 8; for at least 50 steps use --epochs 50, or --batch-size 4 (3 steps per epoch) with --epochs 17"),
+    (300, 256, 5, "only 5 optimizer steps (300 videos in batches of 256: 1 per epoch, 5 epochs); the split is small "
+                  "for batch 256; for at least 50 steps use --epochs 50, or --batch-size 16 (18 steps per epoch)"),
+    (9, 4, 3, "only 6 optimizer steps (9 videos in batches of 4: 2 per epoch, 3 epochs); the split is small for "
+              "batch 4; for at least 50 steps use --epochs 25"),
+])
+def test_small_run_advice_fits_the_settings(videos, batch, epochs, want):
+    """The warning's advice starts from the run's own batch and epochs (never 'batch 16, 60 epochs' to a user
+    already there) and each change it names reaches MIN_STEPS."""
+    if want is None:
+        assert videos // batch * epochs >= loop.MIN_STEPS
+        return
+    assert loop.small_run_advice(videos, batch, epochs) == want
+    for b, e in re.findall(r"--batch-size (\d+) \(\d+ steps per epoch\)(?: with --epochs (\d+))?", want):
+        assert videos // int(b) * int(e or epochs) >= loop.MIN_STEPS

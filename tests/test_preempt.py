@@ -16,7 +16,9 @@ import pytest
 import torch
 from test_loop import fake_loader, make_cfg, train
 
-from moquad.train import preempt
+from moquad import settings
+from moquad.config import PretrainConfig
+from moquad.train import checkpoint, preempt
 from moquad.train.checkpoint import load
 from moquad.train.log import read_log
 
@@ -153,9 +155,69 @@ def test_a_rank_that_got_no_signal_says_so_without_a_nan_time():
     preempt._received.clear()
     e = preempt.preempted(12)
     assert (e.signame, e.step, e.code) == ("a signal on another rank", 12, 75)
-    assert e.message("RUN/checkpoints/last.pt") == (
+    assert e.message("RUN/checkpoints/last.pt", "DATA") == (
         "preempted: a signal on another rank received, stopped after step 12 and wrote RUN/checkpoints/last.pt; "
-        "exit code 75 (requeue, then continue with --resume)")
+        "exit code 75 (requeue, or continue with `moquad pretrain --data DATA --out RUN --recipe RUN/config.yaml "
+        "--resume`)")
+
+
+def interrupting(at: int, steps_per_epoch: int = 4):
+    """fake_loader that raises KeyboardInterrupt (Ctrl-C) instead of handing out global step ``at`` (0-based)."""
+
+    def loader(*a, **kw):
+        for i, batch in enumerate(fake_loader(*a, **kw)):
+            if kw["epoch"] * steps_per_epoch + kw["start"] + i == at:
+                raise KeyboardInterrupt
+            yield batch
+
+    return loader
+
+
+def test_ctrl_c_names_the_last_checkpoint_its_step_and_the_command_that_continues(tmp_path, capsys):
+    out = tmp_path / "run"
+    cfg = make_cfg(out, resume=True)  # --resume on an empty folder: says so, starts fresh
+    with pytest.raises(preempt.Interrupted) as e:
+        train(cfg, interrupting(at=11), tensorboard=False, progress=False)
+    assert e.value.code == preempt.INTERRUPT_EXIT == 130
+    std = capsys.readouterr()
+    assert f"no checkpoint in {out}: starting fresh" in std.out.splitlines()
+    ckpt = out / "checkpoints" / "last.pt"
+    cmd = f"moquad pretrain --data unused --out {out} --recipe {out / 'config.yaml'} --resume"
+    assert std.err.strip().splitlines()[-1] == (  # ckpt_every 3: the checkpoint is step 9, the log showed 11
+        f"interrupted: Ctrl-C after step 11; the last checkpoint, {ckpt}, holds step 9; steps 10-11 are trained again "
+        f"on resume; exit code 130 (continue with `{cmd}`)")
+    assert load(ckpt)["step"] == preempt.saved_step(ckpt) == 9
+    # the command's settings are the run's: --recipe RUN/config.yaml with --data, --out and --resume
+    resolved = settings.resolve(PretrainConfig(), out / "config.yaml", {"data": "unused", "out": str(out),
+                                                                         "resume": True})
+    assert resolved == cfg
+    train(resolved, fake_loader, tensorboard=False, progress=False)
+    assert (f"resuming from {ckpt} at step 9 of 12 (continuing at step 2 of 4 in epoch 3 of 3)"
+            in capsys.readouterr().out.splitlines())
+    assert [r["step"] for r in read_log(out / "log.jsonl")] == list(range(1, 13))
+
+
+def test_ctrl_c_before_the_first_checkpoint_says_there_is_nothing_to_resume(tmp_path, capsys):
+    with pytest.raises(preempt.Interrupted):
+        train(make_cfg(tmp_path / "run"), interrupting(at=2), tensorboard=False, progress=False)
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "interrupted: Ctrl-C after step 2, before the run's first checkpoint (written every 3 steps and at each "
+        "epoch's end): nothing to resume; exit code 130 (re-run the same command to start again)")
+
+
+@pytest.mark.parametrize("start, line", [
+    (0, "resuming from RUN/checkpoints/last.pt at step 0 of 12 (continuing at the start of epoch 1 of 3)"),
+    (8, "resuming from RUN/checkpoints/last.pt at step 8 of 12 (continuing at the start of epoch 3 of 3)"),
+    (9, "resuming from RUN/checkpoints/last.pt at step 9 of 12 (continuing at step 2 of 4 in epoch 3 of 3)"),
+    (12, "resuming from RUN/checkpoints/last.pt at step 12 of 12: all 3 epochs are done, nothing to train"),
+])
+def test_resume_line(tmp_path, monkeypatch, start, line):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "RUN" / "checkpoints").mkdir(parents=True)
+    path = Path("RUN/checkpoints/last.pt")
+    assert checkpoint.resume_message(path, start, 4, 3) == "no checkpoint in RUN: starting fresh"
+    path.write_bytes(b"x")
+    assert checkpoint.resume_message(path, start, 4, 3) == line
 
 
 def test_rank_0_leaves_the_requeue_marker_only_when_asked(tmp_path, monkeypatch):

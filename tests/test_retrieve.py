@@ -278,3 +278,29 @@ def test_nearest_cuts_give_exact_sets_at_each_cut():
     got, want = nearest(q, g, 20, cuts=cuts), _float64_nearest(q, g, 20)
     for c in cuts:
         np.testing.assert_array_equal(np.sort(got[:, :c], axis=1), np.sort(want[:, :c], axis=1))
+
+
+def test_table_marks_capped_hit_at_k(tmp_path):
+    """k >= the gallery size retrieves every gallery video: hit@k is 100 % by construction, and the printed table and
+    the .txt say so (issue 41: hit@20 = 100 % against a 13-video gallery read as a result)."""
+    from rich.console import Console
+
+    from moquad.config import EvalConfig
+    from moquad.eval.report import write_result
+    from moquad.eval.retrieve import _tables
+
+    ks = (1, 5, 13, 20)
+    result = {"exact": {f"hit@{k}": v for k, v in zip(ks, (0.5, 0.75, 1.0, 1.0))}, "gallery": 13,
+              "knn": {"k": 13, "t": 0.07, "knn_top1": 0.5, "knn_top5": 0.75},
+              "checkpoint": None, "splits": {"train": "train", "test": "test"},
+              "data": {"dir": "/d", "manifests": {}}}
+    console = Console(record=True, width=110)
+    for t in _tables(EvalConfig(ks=ks), result, "retrieval"):
+        console.print(t)
+    text = console.export_text()
+    hits = text.split("weighted kNN")[0]  # the hit@k table (the kNN table's k is 13 too)
+    rows = {line.split()[1]: line for line in hits.splitlines() if line.startswith("│")}
+    assert [k for k in ("1", "5", "13", "20") if "*" in rows[k]] == ["13", "20"]  # k >= 13 marked, k = 5 not
+    assert "* capped: k >= the 13-video gallery, 100 % by construction" in text
+    write_result(result, tmp_path / "retrieval.json", _tables(EvalConfig(ks=ks), result, "retrieval"))
+    assert "20 *" in (tmp_path / "retrieval.txt").read_text()

@@ -93,6 +93,8 @@ def read_info(data_dir: Location) -> dict[str, Any]:
     try:
         raw = _read(path, "dataset.json")
     except FileNotFoundError:
+        if hint := _not_a_dataset(data_dir, []):  # the shards/ folder or raw videos: say which
+            raise FileNotFoundError(f"{path} not found{hint}") from None
         raise FileNotFoundError(f"{path} not found; run `moquad preprocess ... --out {data_dir}` first "
                                 "(or `--merge` when the parts ran separately)") from None
     try:
@@ -135,11 +137,29 @@ def _manifest_file(data_dir: Location, split: str) -> tuple[Location, pq.Parquet
         have = sorted(n[: -len(".parquet")] for n in objstore.listdir(join(data_dir, "manifests"))
                       if n.endswith(".parquet") and n != "errors.parquet")
         raise FileNotFoundError(f"no manifest for split {split!r} in {data_dir}; "
-                                f"available: {', '.join(have) or 'none'}") from None
+                                f"available: {', '.join(have) or 'none'}{_not_a_dataset(data_dir, have)}") from None
     missing = [c for c in MANIFEST_SCHEMA.names if c not in file.schema_arrow.names]
     if missing:
         raise MoquadError(f"{path} lacks the columns {', '.join(missing)}; re-run `moquad preprocess` with this version")
     return path, file, xxhash.xxh3_128_hexdigest(ident.encode())
+
+
+def _not_a_dataset(data_dir: Location, have: list[str]) -> str:
+    """The end of the no-manifest message when ``data_dir`` is a local folder that is not a dataset but looks like
+    what users pass by mistake: the ``shards/`` folder of one, or a folder of raw videos (a file whose MIME type,
+    as the system's table knows it, is video/*, up to two folders down)."""
+    import mimetypes
+
+    folder = Path(str(data_dir))
+    if have or objstore.is_url(data_dir) or not folder.is_dir():
+        return ""
+    if (folder.parent / "manifests").is_dir() and any(folder.glob("*.tar")):
+        return f"; this is the shards/ folder of a dataset: pass its parent, --data {folder.parent}"
+    files = [p for pattern in ("*", "*/*", "*/*/*") for p in folder.glob(pattern)]
+    if any((mimetypes.guess_type(p.name)[0] or "").startswith("video/") for p in files[:10000]):
+        return (f"; this looks like raw videos: run `moquad preprocess folder {folder} --out OUT` first, then pass "
+                "--data OUT")
+    return ""
 
 
 def read_manifest(data_dir: Location, split: str, columns: Sequence[str] | None = None) -> pa.Table:

@@ -134,7 +134,9 @@ def activation(fmap: torch.Tensor, method: str, head: nn.Module | None = None,
     raise ValueError(f"unknown CAM method {method!r}; choose one of {', '.join(METHODS)}")
 
 
-def _strip(clip: torch.Tensor, amap: np.ndarray, path: Path, title: str, shown: int) -> None:
+def strip_figure(clip: torch.Tensor, amap: np.ndarray, title: str, shown: int, frame_numbers: list[int]) -> Any:
+    """The CAM strip as a matplotlib Figure: up to ``shown`` frames of the clip (top) and the activation over them
+    (bottom), each column labelled with its frame number in the source video, and a colour bar of the scale."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,16 +145,31 @@ def _strip(clip: torch.Tensor, amap: np.ndarray, path: Path, title: str, shown: 
     t = clip.shape[1]
     cols = np.unique(np.round(np.linspace(0, t - 1, min(shown, t))).astype(int))
     frames = clip.permute(1, 2, 3, 0).numpy()  # (T, H, W, 3)
-    fig, axes = plt.subplots(2, len(cols), figsize=(1.6 * len(cols), 3.6), squeeze=False)
+    fig, axes = plt.subplots(2, len(cols), figsize=(1.6 * len(cols) + 1.2, 3.8), squeeze=False)
+    im = None
     for j, i in enumerate(cols):
         axes[0, j].imshow(frames[i])
         axes[1, j].imshow(frames[i])
-        axes[1, j].imshow(amap[i], cmap="jet", alpha=0.5, vmin=0, vmax=1)
-        axes[0, j].set_title(f"t={i}", fontsize=8)
+        im = axes[1, j].imshow(amap[i], cmap="jet", alpha=0.5, vmin=0, vmax=1)
+        axes[0, j].set_title(f"frame {frame_numbers[i]}", fontsize=8)
         for a in axes[:, j]:
-            a.axis("off")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+            a.set_xticks([])
+            a.set_yticks([])
+    axes[0, 0].set_ylabel("clip", fontsize=8)
+    axes[1, 0].set_ylabel("activation", fontsize=8)
+    fig.suptitle(f"{title}\nframe numbers of the source video; activation min-max scaled over the clip", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 0.92, 1))
+    bar = fig.add_axes((0.93, 0.1, 0.015, 0.38))
+    fig.colorbar(matplotlib.cm.ScalarMappable(im.norm, im.cmap), cax=bar, label="activation")  # opaque colours
+    bar.yaxis.label.set_size(8)
+    bar.tick_params(labelsize=7)
+    return fig
+
+
+def _strip(clip: torch.Tensor, amap: np.ndarray, path: Path, title: str, shown: int, frame_numbers: list[int]) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = strip_figure(clip, amap, title, shown, frame_numbers)
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
@@ -194,7 +211,7 @@ def cam(video: str, cfg: EvalConfig, out: str | Path, *, method: str = "auto", c
     title = f"{info.get('video_id') or Path(info['video']).name} | {method}"
     if "pred_class" in extra:
         title += f" | pred {extra['pred_class']} ({100 * extra['prob']:.0f}%)"
-    _strip(clip, amap.numpy(), out, title, shown)
+    _strip(clip, amap.numpy(), out, title, shown, info["frame_indices"])
     record = {"task": "cam", "method": method, "source": info, **extra,
               "classifier": str(cls_path) if fc is not None else None, "config": to_dict(cfg),
               "checkpoint": {"path": str(Path(cfg.checkpoint).resolve()), "sha256": ckpt_sha},

@@ -57,7 +57,14 @@ from moquad.eval.common import (
     with_clip,
 )
 from moquad.eval.linear import cosine, predict_views
-from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
+from moquad.eval.report import (
+    accuracy_report,
+    accuracy_tables,
+    plot_confusion,
+    protocol_table,
+    provenance,
+    write_result,
+)
 from moquad.io import atomic_write_bytes
 from moquad.models.backbones import DEFAULT_INPUT
 from moquad.train.checkpoint import load, load_model
@@ -88,33 +95,6 @@ def load_classifier(path: str | Path) -> tuple[Classifier, dict[str, Any]]:
     net.backbone.load_state_dict(saved["backbone"])
     net.fc.load_state_dict(saved["classifier"])
     return net.eval(), saved
-
-
-def plot_confusion(conf: np.ndarray, classes: list[str], path: Path, title: str) -> Path:
-    """Row-normalised confusion matrix as a PNG (labels shown up to 60 classes)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    conf = np.asarray(conf, dtype=np.float64)
-    norm = conf / np.maximum(conf.sum(1, keepdims=True), 1)
-    n = len(conf)
-    side = min(20.0, max(4.0, 0.25 * n + 2))
-    fig, ax = plt.subplots(figsize=(side, side))
-    im = ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
-    if n <= 60:
-        names = (classes + [str(i) for i in range(len(classes), n)])[:n]
-        ax.set_xticks(range(n), names, rotation=90, fontsize=7)
-        ax.set_yticks(range(n), names, fontsize=7)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    ax.set_title(title)
-    fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
 
 
 def _train(net: nn.Module, cfg: EvalConfig, train: Split, rows: np.ndarray, device: torch.device, rank: int,

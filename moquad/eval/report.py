@@ -122,3 +122,44 @@ def accuracy_tables(title: str, report: dict[str, Any], max_rows: int = 40) -> l
         else:
             pc.add_row(r["class"], str(r["videos"]), f"{100 * r['accuracy']:.2f}")
     return [s, pc]
+
+
+def confusion_figure(conf: np.ndarray, classes: list[str], title: str) -> Any:
+    """The confusion matrix as a matplotlib Figure: colour = row-normalised share (each true class's row sums to
+    1), the count of videos written in each non-empty cell (up to 30 classes), class names up to 60."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    conf = np.asarray(conf, dtype=np.int64)
+    norm = conf / np.maximum(conf.sum(1, keepdims=True), 1)
+    n = len(conf)
+    side = min(20.0, max(4.5, 0.3 * n + 2.5))
+    fig, ax = plt.subplots(figsize=(side + 1, side))
+    im = ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
+    if n <= 30:
+        for i, j in zip(*np.nonzero(conf)):
+            ax.text(j, i, str(conf[i, j]), ha="center", va="center", fontsize=8 if n <= 15 else 6,
+                    color="white" if norm[i, j] > 0.5 else "black")
+    if n <= 60:
+        names = (classes + [str(i) for i in range(len(classes), n)])[:n]
+        ax.set_xticks(range(n), names, rotation=90, fontsize=7)
+        ax.set_yticks(range(n), names, fontsize=7)
+    ax.set_xlabel("predicted class")
+    ax.set_ylabel(f"true class ({int(conf.sum())} test videos)")
+    ax.set_title(f"{title}\nrow-normalised (each true class sums to 1)" + ("; numbers: video counts" if n <= 30 else ""),
+                 fontsize=10)
+    fig.colorbar(im, ax=ax, fraction=0.046, label="share of the true class's videos")
+    fig.tight_layout()
+    return fig
+
+
+def plot_confusion(conf: np.ndarray, classes: list[str], path: Path, title: str) -> Path:
+    """:func:`confusion_figure` written to ``path`` (PNG)."""
+    import matplotlib.pyplot as plt
+
+    fig = confusion_figure(conf, classes, title)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

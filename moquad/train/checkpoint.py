@@ -26,7 +26,7 @@ from moquad.config import PretrainConfig, to_dict
 from moquad.errors import DISK_ERRNOS, MoquadError, free_mb
 from moquad.io import atomic_write, remove_stale_temps
 from moquad.models import VideoModel, build_model
-from moquad.models.backbones import DEFAULT_INPUT
+from moquad.models.backbones import BACKBONES, DEFAULT_INPUT
 
 # what every moquad checkpoint holds; resuming also needs these
 REQUIRED = ("model", "config")
@@ -132,8 +132,11 @@ def load(path: str | Path, require: tuple[str, ...] = REQUIRED) -> dict[str, Any
         raise _not_moquad(path, f"it holds a {type(ckpt).__name__}, not a checkpoint dict")
     missing = [k for k in require if k not in ckpt]
     if missing:
-        hint = "; a plain state dict?" if ckpt and all(isinstance(v, torch.Tensor) for v in ckpt.values()) else ""
-        raise _not_moquad(path, f"no {' or '.join(repr(k) for k in missing)} entry{hint}")
+        if ckpt and all(isinstance(v, torch.Tensor) for v in ckpt.values()):  # weights only: say where they fit
+            archs = ", ".join(name for name, b in BACKBONES.items() if b.torchvision is not None)
+            raise _not_moquad(path, f"a plain state dict: weights without a moquad config; `moquad motion` reads "
+                                    f"torchvision video weights as ARCH:{path} with ARCH one of {archs}")
+        raise _not_moquad(path, f"no {' or '.join(repr(k) for k in missing)} entry")
     return ckpt
 
 
@@ -174,6 +177,17 @@ def resume(cfg: PretrainConfig, path: Path, model: torch.nn.Module, optimizer: t
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
     return int(ckpt["step"])
+
+
+def resume_message(path: Path, start: int, spe: int, epochs: int) -> str:
+    """The line a ``--resume`` run prints: the checkpoint and step it continues from, or that it starts fresh."""
+    if not path.is_file():
+        return f"no checkpoint in {path.parent.parent}: starting fresh"
+    total = spe * epochs
+    if start >= total:
+        return f"resuming from {path} at step {start} of {total}: all {epochs} epochs are done, nothing to train"
+    where = "the start of" if start % spe == 0 else f"step {start % spe + 1} of {spe} in"
+    return f"resuming from {path} at step {start} of {total} (continuing at {where} epoch {start // spe + 1} of {epochs})"
 
 
 def check_global_batch(saved: dict[str, Any], batch_size: int, path: Path) -> None:

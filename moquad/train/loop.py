@@ -124,8 +124,15 @@ def pretrain(cfg: PretrainConfig, *, tensorboard: bool = True, progress: bool = 
             except preempt.Preempted as e:
                 if info.rank == 0:
                     preempt.mark()
-                    print(e.message(str(t.ckpt_path)), file=sys.stderr, flush=True)
+                    print(e.message(t.ckpt_path, cfg.data), file=sys.stderr, flush=True)
                 raise
+            except KeyboardInterrupt:  # Ctrl-C: say which checkpoint a --resume continues from, and how
+                end_workers()
+                if info.rank == 0:
+                    logged = int(t.progress.tasks[0].completed) if t.progress.tasks else t.start
+                    print(preempt.interrupted_message(t.ckpt_path, cfg.data, logged, cfg.ckpt_every), file=sys.stderr,
+                          flush=True)
+                raise preempt.Interrupted() from None
             except BaseException:  # a failure ends this rank now, its loader workers first (they ignore SIGTERM)
                 end_workers()
                 raise
@@ -163,6 +170,8 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
     start = checkpoint.resume(cfg, run / "checkpoints" / "last.pt", model, optimizer, spe, checksum)
     if main:
         report()
+        if cfg.resume:
+            print(checkpoint.resume_message(run / "checkpoints" / "last.pt", start, spe, cfg.epochs), flush=True)
     # ------------------------------------------------------------ distributed
     core: nn.Module = model
     sync_bn, why = dist.sync_bn(cfg.sync_bn, model, world, device)
@@ -217,10 +226,27 @@ def _report(cfg: PretrainConfig, videos: int, spe: int, unfit: dict[int, int]) -
     fits = ", ".join(f"dilation {d}: {n}" for d, n in unfit.items())
     console.print(f"videos too short for a {cfg.loader.frames}-frame clip ({fits}); they use the dilations that fit "
                   "(see moquad.data.clip_frames)")
-    if total < 50:
-        console.print(f"[yellow]warning:[/] only {total} optimizer steps; for a small dataset use a smaller "
-                      f"--batch-size (the split has {videos} videos) and more --epochs, as `--recipe "
-                      "train/cpu_demo.yaml` does (batch 16, 60 epochs)")
+    if total < MIN_STEPS:
+        console.print(f"[yellow]warning:[/] {small_run_advice(videos, cfg.batch_size, cfg.epochs)}", highlight=False,
+                      soft_wrap=True)
+
+
+MIN_STEPS = 50  # fewer optimizer steps than this: the start-up report warns (a contrastive loss barely moves)
+
+
+def small_run_advice(videos: int, batch: int, epochs: int) -> str:
+    """The small-run warning: how many steps and why, and what reaches :data:`MIN_STEPS` from THESE settings:
+    more epochs, or a smaller batch (down to 4, never one giving no more steps per epoch) with fewer of them."""
+    spe = max(1, videos // batch)
+    text = f"only {videos // batch * epochs} optimizer steps ({videos} videos in batches of {batch}: {spe} per epoch"
+    text += f", {epochs} epochs); " + (f"the split is small for batch {batch}; " if spe <= 2 else "")
+    fix = f"--epochs {-(-MIN_STEPS // spe)}"
+    smaller = [b for b in (256, 128, 64, 32, 16, 8, 4) if b < batch and videos // b > spe]
+    if smaller:
+        b = next((b for b in smaller if videos // b * epochs >= MIN_STEPS), smaller[-1])  # the largest that reaches it
+        more = -(-MIN_STEPS // (videos // b))
+        fix += f", or --batch-size {b} ({videos // b} steps per epoch)" + (f" with --epochs {more}" if more > epochs else "")
+    return text + f"for at least {MIN_STEPS} steps use {fix}"
 
 
 def _progress(enabled: bool, total: int, completed: int):
