@@ -343,8 +343,6 @@ def tiny_data(tmp_path_factory):
      "this looks like raw videos: run `moquad preprocess folder {tmp}/raw --out OUT` first"),
     ("shards", ["pretrain", "--data", "{data}/shards", "--out", "{tmp}/run"],
      "this is the shards/ folder of a dataset: pass its parent, --data {data}"),
-    ("shards", ["retrieve", "--data", "{data}/shards", "--checkpoint", "{tmp}/sd.pt"],
-     "this is the shards/ folder of a dataset: pass its parent, --data {data}"),
     ("sd", ["motion", "--data", "{data}", "{tmp}/sd.pt", "--out", "{tmp}/m"],
      "{tmp}/sd.pt is not a moquad checkpoint (a plain state dict: weights without a moquad config; `moquad motion` "
      "reads torchvision video weights as ARCH:{tmp}/sd.pt with ARCH one of r3d_18, mc3_18, r2plus1d_18, s3d)"),
