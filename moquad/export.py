@@ -75,7 +75,7 @@ def _clip_grid(arch: str, loader: dict[str, Any]) -> str:
         return ""
     grid = (-(-frames // 2), -(-size // 4))  # mvit_v2_s's patch embedding: stride 2 in time, 4 in space, padded
     return (f"; model.pos_encoding.temporal_size = {grid[0]}; model.pos_encoding.spatial_size = ({grid[1]}, "
-            f"{grid[1]})  # pre-trained on {frames} x {size} clips: that clip's token grid")
+            f"{grid[1]})  # the token grid of the {frames} x {size} pre-training clip;")
 
 
 def _load_instructions(arch: str, fmt: str, file: str, model_input: str, loader: dict[str, Any]) -> str:
@@ -83,9 +83,8 @@ def _load_instructions(arch: str, fmt: str, file: str, model_input: str, loader:
             else f"torch.load({file!r}, weights_only=True)")
     if arch in TORCHVISION:
         return (f"model = torchvision.models.video.{arch}(); {TORCHVISION[arch].strip_head}; "
-                f"model.load_state_dict({read})  "
-                f"# strict; or keep the head and load_state_dict(..., strict=False): missing = the head only"
-                + _clip_grid(arch, loader))
+                f"model.load_state_dict({read}){_clip_grid(arch, loader)}  "
+                f"# strict; or keep the head and load_state_dict(..., strict=False): missing = the head only")
     build = f"{arch!r}" if model_input == DEFAULT_INPUT else f"{arch!r}, {model_input!r}"  # brings its hook
     return (f"from moquad.models import build_backbone; model, dim = build_backbone({build}); "
             f"model.load_state_dict({read})")

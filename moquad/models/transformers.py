@@ -12,7 +12,7 @@ and maps clips (N, 3, T, H, W) to pooled features (N, 768) at ANY clip size:
   (linearly) to the grid, as MViTv2 does when fine-tuned at another size. The feature is the class token after the
   final LayerNorm (MViT's classifier input).
 
-Both expose what the transformer optimizer (``moquad.train.optimizers``, row ``adamw_vit``) reads, timm's
+Both train without stochastic depth (:func:`_without_drop_path`). Both expose what the transformer optimizer (``moquad.train.optimizers``, row ``adamw_vit``) reads, timm's
 convention: ``no_weight_decay()`` (the position tables) and ``num_layers`` / ``layer_id(name)`` (layer-wise lr
 decay). The tokens CAM reads are declared in the backbone table (``moquad.models.backbones.TokenMap``).
 """
@@ -24,6 +24,17 @@ import re
 import torch
 import torchvision.models.video as tvv
 from torch import nn
+from torchvision.ops import StochasticDepth
+
+
+def _without_drop_path(net: nn.Module) -> nn.Module:
+    """Stochastic depth off (torchvision builds swin3d_t at 0.1, mvit_v2_s at 0.2): training is then a function of
+    the weights and the batch alone, as with the CNNs, so a resumed run continues bit-identically; contrastive
+    pre-training of ViTs (MoCo v3) uses none. It has no parameters: the state dict is torchvision's."""
+    for m in net.modules():
+        if isinstance(m, StochasticDepth):
+            m.p = 0.0
+    return net
 
 
 class SwinTrunk(nn.Module):
@@ -33,7 +44,7 @@ class SwinTrunk(nn.Module):
 
     def __init__(self):
         super().__init__()
-        net = tvv.swin3d_t(weights=None)
+        net = _without_drop_path(tvv.swin3d_t(weights=None))
         net.head = nn.Identity()
         self.net = net
         self.out_dim = 768
@@ -69,7 +80,7 @@ class MViTTrunk(nn.Module):
 
     def __init__(self):
         super().__init__()
-        net = tvv.mvit_v2_s(weights=None)
+        net = _without_drop_path(tvv.mvit_v2_s(weights=None))
         net.head = nn.Identity()
         self.net = net
         self.out_dim = 768
