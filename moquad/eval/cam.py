@@ -130,7 +130,16 @@ def token_cam(backbone: nn.Module, tokens: TokenMap, x: torch.Tensor,
     """Gradient-weighted tokens of a transformer: ``relu(sum_c A * dS/dA)`` on the (t, h, w) token grid, where A is
     ``tokens.to_map`` of the output of ``tokens.module`` and ``S, info = score(backbone(x))``."""
     seen: list[Any] = []
-    handle = backbone.get_submodule(tokens.module).register_forward_hook(lambda _m, _i, out: seen.append(out))
+
+    def keep(_m: nn.Module, _i: Any, out: Any) -> Any:
+        t = _tensor(out)
+        if not t.requires_grad:  # frozen weights: the tokens start the graph themselves
+            t = t.detach().requires_grad_()
+            out = (t, *out[1:]) if isinstance(out, tuple) else t
+        seen.append(out)
+        return out
+
+    handle = backbone.get_submodule(tokens.module).register_forward_hook(keep)
     try:
         with torch.enable_grad():
             s, info = score(backbone(x))
