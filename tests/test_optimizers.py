@@ -79,7 +79,7 @@ def test_scaled_adamw_is_adamw_at_the_scaled_lr():
                         {"params": [a.bias], "lr_scale": 1.0, "weight_decay": 0.0}], lr=1e-2)
     ref = torch.optim.AdamW([{"params": [b.weight], "lr": 2.5e-3, "weight_decay": 0.1},
                              {"params": [b.bias], "lr": 1e-2, "weight_decay": 0.0}], lr=1e-2)
-    for step in range(3):
+    for _ in range(3):
         x = torch.randn(8, 4)
         for net, opt in ((a, ours), (b, ref)):
             opt.zero_grad()

@@ -169,3 +169,21 @@ def test_extract_features_dim(tmp_path, arch):
     ckpt = _checkpoint(tmp_path / "run" / "checkpoints" / "last.pt", arch, 2, 16)
     f = read_features(extract(eval_cfg(data, ckpt, tmp_path / "out", frames=2, size=16, num_clips=1), "test"))
     assert f["embedding"].shape == (3, 768) and abs(f["embedding"]).max() > 1e-3
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_recipes_by_name_use_adamw_vit_and_name_their_source(arch):
+    from moquad import settings
+    from moquad.recipes import find_recipe
+
+    train_recipe = find_recipe(f"k400_{arch}_moquad_dagger", "train")
+    cfg = settings.resolve(C.PretrainConfig(), train_recipe, {})
+    assert (cfg.backbone, cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.lr_warmup_epochs) == (
+        arch, "adamw_vit", 1.5e-4, 0.1, 40.0)  # MoCo v3's ViT pre-training
+    assert (cfg.loader.frames, cfg.loader.size, cfg.batch_size) == (16, 224, 256)
+    eval_recipe = find_recipe(f"finetune_ucf101_{arch}", "eval")
+    ev = settings.resolve(C.EvalConfig(), eval_recipe, {})
+    ft = ev.finetune
+    assert (ft.optimizer, ft.lr, ft.batch_size, ft.weight_decay, ft.epochs) == ("adamw_vit", 2.5e-4, 128, 0.05, 100)
+    assert (ev.frames, ev.dilation, ev.size, ev.num_clips, ev.crops) == (16, 4, 224, 10, 3)  # VideoMAE's 16 x 4 clip
+    assert "moco-v3" in train_recipe.read_text() and "VideoMAE" in eval_recipe.read_text()
