@@ -2,8 +2,10 @@
 
 A MoQuad step pushes twice the clips of a SimCLR step, so 2x is the floor; the table reports the
 overhead beyond it (loss with intra/inter negatives and hard mining, bigger similarity matrix).
-Timed: forward + loss + backward + LARS step on random normalised clips (no data loading), median
-of ``--repeats`` after one warm-up step. Run: ``nice python benchmarks/bench_step.py``.
+Timed: forward + loss + backward + optimizer step on random normalised clips (no data loading), median
+of ``--repeats`` after one warm-up step; the optimizer is the one the backbone's recipes use (LARS for the CNNs,
+``adamw_vit`` for the transformers, i.e. the backbone rows with CAM tokens). Run:
+``nice python benchmarks/bench_step.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 import torch
 
 from moquad.config import PretrainConfig
-from moquad.models import build_model
+from moquad.models import BACKBONES, build_model
 from moquad.train.loop import forward_loss
 from moquad.train.optimizers import make_optimizer
 
@@ -26,7 +28,8 @@ def _setup(backbone: str, mode: str, batch: int, frames: int, size: int, device:
     torch.manual_seed(0)
     cfg = PretrainConfig(backbone=backbone)
     model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden).to(device).train()
-    opt = make_optimizer(model, "lars", 0.1, 1e-6)
+    transformer = BACKBONES[backbone].tokens is not None
+    opt = make_optimizer(model, "adamw_vit" if transformer else "lars", 1e-4 if transformer else 0.1, 1e-6)
     x = torch.randn(batch, 4 if mode == "moquad" else 2, 3, frames, size, size, device=device)
     return model, opt, x
 
@@ -80,7 +83,7 @@ def main() -> None:
     ap.add_argument(
         "--configs",
         nargs="+",
-        default=["tiny:8:8:32", "r3d_18:4:8:32"],
+        default=["tiny:8:8:32", "r3d_18:4:8:32", "swin3d_t:4:8:32", "mvit_v2_s:4:8:32"],
         help="backbone:batch:frames:size entries",
     )
     ap.add_argument("--repeats", type=int, default=5)

@@ -19,6 +19,7 @@ from moquad import config as C
 from moquad.cli_common import RECIPE, Flag, _need_dir, _need_file, config_command
 from moquad.errors import MoquadError
 from moquad.eval.protocols import PROTOCOLS, run
+from moquad.models.backbones import TORCHVISION_ARCHS
 
 app = typer.Typer()
 
@@ -147,7 +148,8 @@ def cam(
     Flag("checkpoint", argument=True), Flag("format"), Flag("out", decls=("--out", "-o"), required=True)),
     epilog="Example: moquad export runs/moquad/checkpoints/last.pt --format torchvision --out r3d18.pt, then "
     "model = torchvision.models.video.r3d_18(); model.fc = torch.nn.Identity(); "
-    "model.load_state_dict(torch.load('r3d18.pt')); model card: r3d18.json")
+    "model.load_state_dict(torch.load('r3d18.pt')); model card: r3d18.json. --format torchvision fits "
+    f"{', '.join(TORCHVISION_ARCHS)} (the backbone table's torchvision rows)")
 def export(cfg: C.ExportConfig) -> None:
     """Export the pre-trained backbone (torchvision names or safetensors) with a JSON model card."""
     _need_file(cfg.checkpoint, "checkpoint", _CKPT_HINT)

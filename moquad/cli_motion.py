@@ -9,6 +9,7 @@ import typer
 
 from moquad import config as C
 from moquad.cli_common import Flag, _need_dir, config_command
+from moquad.models.backbones import TORCHVISION_ARCHS
 
 app = typer.Typer()
 
@@ -48,7 +49,7 @@ def motion(
     cfg: C.MotionConfig,
     encoders: list[str] = typer.Argument(..., help="Encoders, each [LABEL=][ARCH:]PATH: a moquad checkpoint "
                                          "(RUN/checkpoints/last.pt), an exported .safetensors, or ARCH:WEIGHTS for a "
-                                         "torchvision video model (ARCH: r3d_18, mc3_18, r2plus1d_18, s3d)."),
+                                         f"torchvision video model (ARCH: {', '.join(TORCHVISION_ARCHS)})."),
 ) -> None:
     """Motion report: arrow of time, speed, mirror, appearance share and direction pairs of frozen encoders."""
     _need_dir(cfg.data, "data folder", "pass the --out folder of `moquad preprocess`")

@@ -453,8 +453,8 @@ class ExportConfig:
     """``moquad export``: a pre-trained backbone for use outside moquad, with a JSON model card (moquad.export)."""
 
     checkpoint: str = rule("", help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt).")
-    format: str = rule("torchvision", choices=EXPORT_FORMATS, help="torchvision (r3d_18, r2plus1d_18, s3d: "
-                       "torchvision key names, no head) or safetensors (any backbone).")
+    format: str = rule("torchvision", choices=EXPORT_FORMATS, help="torchvision (the backbones "
+                       "torchvision defines: its key names, no head) or safetensors (any backbone).")
     out: str = rule("", help="File to write; the JSON model card goes beside it (.json).")
 
     def __post_init__(self) -> None:

@@ -1,7 +1,7 @@
 """Export a pre-trained backbone for use outside moquad, with a JSON model card beside it.
 
 ``--format torchvision`` (the backbones with ``torchvision`` names in ``moquad.models.BACKBONES``:
-r3d_18, mc3_18, r2plus1d_18, s3d): a ``torch.save``'d state dict under
+r3d_18, mc3_18, r2plus1d_18, s3d, swin3d_t, mvit_v2_s): a ``torch.save``'d state dict under
 torchvision's key names. The classifier head is NOT in it (MoQuad pre-trains no classifier;
 neither is the contrastive projection head exported), so load it into a headless model::
 
@@ -14,10 +14,16 @@ neither is the contrastive projection head exported), so load it into a headless
 Into the unmodified model, ``load_state_dict(sd, strict=False)`` reports exactly the head as missing
 (``fc.weight, fc.bias``; s3d: ``classifier.1.weight, classifier.1.bias``) and nothing unexpected: the
 way to fine-tune with a fresh head. S3D's own ``avgpool`` (2x7x7 window) only fits 224-px input;
-moquad pools globally, hence the AdaptiveAvgPool3d above.
+moquad pools globally, hence the AdaptiveAvgPool3d above. The transformers drop ``head``
+(``model.head = torch.nn.Identity()``; swin3d_t: ``head.weight, head.bias``, mvit_v2_s: ``head.1.*``).
+MViT: moquad's trunk always holds ``mvit_v2_s()``'s tables (built for 16 x 224), so the export loads strictly
+whatever the pre-training clip; torchvision's forward takes its token grid from ``pos_encoding``, so at a clip
+other than 16 x 224 set ``model.pos_encoding.temporal_size = ceil(T / 2)`` and ``spatial_size = (ceil(S / 4),
+ceil(S / 4))`` before calling it (the card says so with the numbers): its relative-position tables are then
+interpolated exactly as moquad's trunk does.
 
 ``--format safetensors`` (every backbone): the same tensors in a ``.safetensors`` file -- torchvision
-key names for the three torchvision architectures, moquad's own (``moquad.models.build_backbone``)
+key names for the torchvision architectures, moquad's own (``moquad.models.build_backbone``)
 for ``r3d_50`` and ``tiny``; the card says how to build and load it.
 
 The card (FILE with the suffix ``.json``): the resolved pre-train config from the checkpoint, its
@@ -45,7 +51,7 @@ from moquad.data.store import manifest_checksum, read_manifest
 from moquad.eval.clips import pretrain_clip
 from moquad.eval.common import eval_folder, sha256_file
 from moquad.io import atomic_write
-from moquad.models import BACKBONES, INPUTS, build_backbone
+from moquad.models import BACKBONES, INPUTS
 from moquad.models.backbones import DEFAULT_INPUT
 from moquad.train.checkpoint import load
 
@@ -67,12 +73,22 @@ def backbone_state(ckpt: dict[str, Any], torchvision_names: bool) -> dict[str, t
     return sd
 
 
-def _load_instructions(arch: str, fmt: str, file: str, model_input: str) -> str:
+def _clip_grid(arch: str, frames: int | None, size: int | None) -> str:
+    """MViT at a clip other than its definition's: the token grid its ``pos_encoding`` must be told (else '')."""
+    native = BACKBONES[arch].clip
+    if native is None or frames is None or size is None or (frames, size) == native:
+        return ""
+    grid = (-(-frames // 2), -(-size // 4))  # mvit_v2_s's patch embedding: stride 2 in time, 4 in space, padded
+    return (f"; model.pos_encoding.temporal_size = {grid[0]}; model.pos_encoding.spatial_size = ({grid[1]}, "
+            f"{grid[1]})  # the token grid of the {frames} x {size} pre-training clip;")
+
+
+def _load_instructions(arch: str, fmt: str, file: str, model_input: str, clip: Any) -> str:
     read = (f"safetensors.torch.load_file({file!r})" if fmt == "safetensors"
             else f"torch.load({file!r}, weights_only=True)")
     if arch in TORCHVISION:
         return (f"model = torchvision.models.video.{arch}(); {TORCHVISION[arch].strip_head}; "
-                f"model.load_state_dict({read})  "
+                f"model.load_state_dict({read}){_clip_grid(arch, clip.frames, clip.size)}  "
                 f"# strict; or keep the head and load_state_dict(..., strict=False): missing = the head only")
     build = f"{arch!r}" if model_input == DEFAULT_INPUT else f"{arch!r}, {model_input!r}"  # brings its hook
     return (f"from moquad.models import build_backbone; model, dim = build_backbone({build}); "
@@ -141,9 +157,9 @@ def model_card(ckpt: dict[str, Any], ckpt_path: Path, fmt: str, out: Path, sha: 
         "moquad_version": moquad.__version__,
         "file": out.name, "format": fmt, "file_sha256": sha256_file(out),
         "architecture": arch,
-        "feature_dim": build_backbone(arch)[1],
+        "feature_dim": BACKBONES[arch].dim,
         "keys": "torchvision" if arch in TORCHVISION else "moquad.models.build_backbone",
-        "load": _load_instructions(arch, fmt, out.name, model_input),
+        "load": _load_instructions(arch, fmt, out.name, model_input, clip),
         "not_exported": (list(TORCHVISION[arch].head) if arch in TORCHVISION else [])
         + ["MoQuad projection head (head.*: pre-training only)"],
         "input": {"layout": "(N, 3, T, H, W) float32", "normalize": "(x / 255 - mean) / std, RGB",

@@ -67,12 +67,14 @@ def test_zero_weight_uses_trust_one():
 
 def test_optimizer_table_builds_each_row():
     """One table, name -> builder; every row gets the two groups (no decay on BN and bias)."""
-    assert list(OPTIMIZERS) == ["lars", "sgd", "adamw"]
-    kinds = {"lars": LARS, "sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}
+    from moquad.train.scaled_adamw import ScaledAdamW
+
+    assert list(OPTIMIZERS) == ["lars", "sgd", "adamw", "adamw_vit"]
+    kinds = {"lars": LARS, "sgd": torch.optim.SGD, "adamw": torch.optim.AdamW, "adamw_vit": ScaledAdamW}
     for name in OPTIMIZERS:
         opt = make_optimizer(_model(), name, 0.1, 1e-4)
         assert type(opt) is kinds[name]
         assert [g["weight_decay"] for g in opt.param_groups] == [1e-4, 0.0] and opt.param_groups[0]["lr"] == 0.1
     assert make_optimizer(_model(), "sgd", 0.1, 0.0).param_groups[0]["momentum"] == 0.9
-    with pytest.raises(ValueError, match="unknown optimizer 'adam9'; choose one of lars, sgd, adamw"):
+    with pytest.raises(ValueError, match="unknown optimizer 'adam9'; choose one of lars, sgd, adamw, adamw_vit"):
         make_optimizer(_model(), "adam9", 0.1, 0.0)

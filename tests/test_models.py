@@ -12,7 +12,8 @@ from moquad.train import checkpoint
 from moquad.train.lars import LARS, param_groups
 from moquad.train.losses import moquad_loss
 
-FEAT = {"tiny": 64, "r3d_18": 512, "mc3_18": 512, "r2plus1d_18": 512, "s3d": 1024, "r3d_50": 2048}
+FEAT = {"tiny": 64, "r3d_18": 512, "mc3_18": 512, "r2plus1d_18": 512, "s3d": 1024, "r3d_50": 2048, "swin3d_t": 768,
+        "mvit_v2_s": 768}
 
 
 @pytest.mark.parametrize("name", BACKBONES)
@@ -21,7 +22,7 @@ def test_backbone_step_and_roundtrip(name, tmp_path):
     model = build_model(name, proj_dim=16, proj_hidden=32)
     frames = 8 if name == "s3d" else 4  # S3D's temporal pooling needs 8 frames
     x = torch.randn(2, 4, 3, frames, 32, 32)  # 2 videos x 4 views, 32 px
-    assert model.backbone(x[:, 0]).shape == (2, FEAT[name])
+    assert model.backbone(x[:, 0]).shape == (2, FEAT[name]) and BACKBONES[name].dim == FEAT[name]
     z = model(x.flatten(0, 1))
     assert z.shape == (8, 16)
     opt = LARS(param_groups(model, 1e-6), lr=0.1, weight_decay=1e-6)

@@ -17,6 +17,15 @@ Activation (``method``):
   falls back to it.
 - ``norm`` -- the L2 norm of the feature at each location (a classifier-free saliency).
 
+Transformers (a backbone row with ``tokens``, :class:`moquad.models.backbones.TokenMap`: swin3d_t, mvit_v2_s) have
+no convolutional map whose channels the pooled feature averages, so each method names a score ``s`` instead and
+the map is the gradient-weighted tokens (Grad-CAM's per-location form): ``relu(sum_c A[c, t, h, w] * ds/dA[c, t,
+h, w])`` over the (t', h', w') token grid the row declares (Swin: the last stage after its LayerNorm; MViT: the
+tokens entering its last block, which the class token attends to), i.e. each token's first-order contribution to
+``s``. ``s``: ``classifier`` the predicted class's logit; ``projection`` the length of the clip's projection along
+its own direction (``z . stopgrad(z / |z|)``: where the contrastive embedding comes from); ``norm`` the length of
+the pooled feature. A token the score does not depend on gets 0.
+
 One clip, so it runs on CPU whatever ``cfg.device`` says. A JSON with the source video,
 method, prediction, config and checkpoint hash is written beside the PNG.
 """
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +50,7 @@ from moquad.data.store import Split
 from moquad.eval.clips import spatial_crops
 from moquad.eval.common import out_dir, sha256_file
 from moquad.io import atomic_write_text
+from moquad.models.backbones import BACKBONES, TokenMap
 from moquad.train.checkpoint import load_model
 
 METHODS = ("auto", "classifier", "projection", "norm")
@@ -107,6 +118,72 @@ def _pool_input(backbone: nn.Module, x: torch.Tensor) -> torch.Tensor:
     finally:
         handle.remove()
     return seen[-1]
+
+
+def _tensor(out: Any) -> torch.Tensor:
+    """The tensor of a hooked module's output (MViT blocks return ``(tokens, thw)``)."""
+    return out[0] if isinstance(out, tuple) else out
+
+
+def token_cam(backbone: nn.Module, tokens: TokenMap, x: torch.Tensor,
+              score: Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, Any]]]) -> tuple[torch.Tensor, dict]:
+    """Gradient-weighted tokens of a transformer: ``relu(sum_c A * dS/dA)`` on the (t, h, w) token grid, where A is
+    ``tokens.to_map`` of the output of ``tokens.module`` and ``S, info = score(backbone(x))``."""
+    seen: list[Any] = []
+
+    def keep(_m: nn.Module, _i: Any, out: Any) -> Any:
+        t = _tensor(out)
+        if not t.requires_grad:  # frozen weights: the tokens start the graph themselves
+            t = t.detach().requires_grad_()
+            out = (t, *out[1:]) if isinstance(out, tuple) else t
+        seen.append(out)
+        return out
+
+    handle = backbone.get_submodule(tokens.module).register_forward_hook(keep)
+    try:
+        with torch.enable_grad():
+            s, info = score(backbone(x))
+            out = seen[-1]
+            (grad,) = torch.autograd.grad(s, _tensor(out))
+    finally:
+        handle.remove()
+    rest = out[1:] if isinstance(out, tuple) else None
+    a = tokens.to_map(out)
+    g = tokens.to_map((grad, *rest) if rest is not None else grad)
+    amap = (a * g).sum(1)[0].clamp_min(0).detach()
+    return amap, {**info, "tokens": tokens.what, "token_grid": list(amap.shape),
+                  "positive_tokens": int((amap > 0).sum())}
+
+
+def _scores(method: str, head: nn.Module, fc: nn.Linear | None) -> Callable[[torch.Tensor], tuple[torch.Tensor, dict]]:
+    """The score a transformer's CAM differentiates (module docstring), from the pooled feature (1, D)."""
+    def classifier(feat: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        assert fc is not None
+        logits = fc(feat)[0]
+        probs = logits.detach().softmax(0)
+        pred = int(probs.argmax())
+        return logits[pred], {"pred": pred, "prob": probs[pred].item()}
+
+    def projection(feat: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        z = head(feat)[0]
+        return z @ F.normalize(z, dim=0).detach(), {}
+
+    def norm(feat: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        return feat[0].norm(), {}
+
+    if method == "classifier" and fc is None:
+        raise ValueError("method 'classifier' needs a fine-tuned classifier (run `moquad finetune` first)")
+    return {"classifier": classifier, "projection": projection, "norm": norm}[method]
+
+
+def activation_map(model: nn.Module, arch: str, x: torch.Tensor, method: str,
+                   fc: nn.Linear | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The (t, h, w) activation of normalised clip ``x`` (1, 3, T, H, W): a CNN's pre-pool map through
+    :func:`activation`, a transformer's gradient-weighted tokens (:func:`token_cam`), as the backbone row says."""
+    tokens = BACKBONES[arch].tokens
+    if tokens is None:
+        return activation(_pool_input(model.backbone, x), method, head=model.head, fc=fc)
+    return token_cam(model.backbone, tokens, x, _scores(method, model.head, fc))
 
 
 def activation(fmap: torch.Tensor, method: str, head: nn.Module | None = None,
@@ -183,7 +260,7 @@ def cam(video: str, cfg: EvalConfig, out: str | Path, *, method: str = "auto", c
     if not cfg.checkpoint or not Path(cfg.checkpoint).is_file():
         raise FileNotFoundError(f"checkpoint {cfg.checkpoint!r} not found; pass --checkpoint RUN/checkpoints/last.pt")
     clip, info = load_clip(video, cfg)
-    model, _ = load_model(cfg.checkpoint)
+    model, ckpt = load_model(cfg.checkpoint)
     ckpt_sha = sha256_file(cfg.checkpoint)
     fc, classes = None, None
     cls_path = Path(classifier) if classifier else out_dir(cfg) / "finetune_model.pt"
@@ -196,8 +273,8 @@ def cam(video: str, cfg: EvalConfig, out: str | Path, *, method: str = "auto", c
     if method == "auto":
         method = "classifier" if fc is not None else "projection"
     model.eval()
-    fmap = _pool_input(model.backbone, normalize(clip[None], torch.device("cpu")))
-    amap, extra = activation(fmap, method, head=model.head, fc=fc)
+    amap, extra = activation_map(model, ckpt["config"]["backbone"], normalize(clip[None], torch.device("cpu")),
+                                 method, fc=fc)
     amap = F.interpolate(amap[None, None], size=clip.shape[1:], mode="trilinear", align_corners=False)[0, 0]
     amap = (amap - amap.min()) / (amap.max() - amap.min()).clamp_min(1e-12)
     if "pred" in extra and classes:

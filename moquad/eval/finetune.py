@@ -101,7 +101,7 @@ def _train(net: nn.Module, cfg: EvalConfig, train: Split, rows: np.ndarray, devi
            world: int) -> list[float]:
     """Fine-tune ``net`` in place (DDP under torchrun); the mean training loss of every epoch."""
     ft = cfg.finetune
-    opt = make_optimizer(net, ft.optimizer, ft.lr, ft.weight_decay)
+    opt = make_optimizer(net, ft.optimizer, ft.lr, ft.weight_decay, finetune=True)  # adamw_vit: layer-wise decay
     train_net: nn.Module = net
     if dist.is_dist():
         train_net = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)

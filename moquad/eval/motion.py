@@ -42,7 +42,7 @@ from moquad.data.clip_frames import clip_span, uniform_clips
 from moquad.data.store import Split, read_info
 from moquad.errors import MoquadError
 from moquad.eval.clips import pretrain_clip, resize_short, spatial_crops
-from moquad.models.backbones import DEFAULT_INPUT
+from moquad.models.backbones import DEFAULT_INPUT, TORCHVISION_ARCHS
 
 # ----------------------------------------------------------------------------- the transforms
 
@@ -184,7 +184,6 @@ class Encoder:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-TORCHVISION_ARCHS = ("r3d_18", "mc3_18", "r2plus1d_18", "s3d")  # torchvision.models.video names a weights file fits
 
 
 def _into_backbone(arch: str, sd: dict[str, torch.Tensor], torchvision_names: bool, model_input: str,

@@ -10,10 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from moquad.models.backbones import BACKBONES, INPUTS, Backbone, TorchvisionNames, build_backbone
+from moquad.models.backbones import (
+    BACKBONES,
+    INPUTS,
+    TORCHVISION_ARCHS,
+    Backbone,
+    TokenMap,
+    TorchvisionNames,
+    build_backbone,
+)
 
-__all__ = ["BACKBONES", "INPUTS", "Backbone", "TorchvisionNames", "VideoModel", "build_model", "build_backbone",
-           "ProjectionHead"]
+__all__ = ["BACKBONES", "INPUTS", "TORCHVISION_ARCHS", "Backbone", "TokenMap", "TorchvisionNames", "VideoModel",
+           "build_model", "build_backbone", "ProjectionHead"]
 
 _LAZY = {"VideoModel": "moquad.models.model", "build_model": "moquad.models.model",
          "ProjectionHead": "moquad.models.heads"}

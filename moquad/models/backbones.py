@@ -1,7 +1,9 @@
 """The backbone table: name -> how to build it and, for torchvision architectures, its export names.
 
 Adding a backbone is one entry in :data:`BACKBONES` (plus its module if it is new code): the
-config's ``backbone`` choices, ``build_backbone`` and ``moquad export`` all read this table.
+config's ``backbone`` choices, ``build_backbone``, ``moquad export``, ``moquad motion``'s ``ARCH:WEIGHTS`` and
+``moquad cam`` all read this table. A row states what a stage needs beyond ``build``: the feature dimension,
+torchvision's key names (export), the tokens CAM reads (transformers) and the clip the architecture was defined at.
 
 This module imports no torch at load time (each builder imports its network when called), so
 :mod:`moquad.settings` reads the names for free: ``import moquad.config`` stays ~0.05 s where
@@ -13,11 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from moquad.config import PretrainConfig
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
 
@@ -31,12 +34,25 @@ class TorchvisionNames:
 
 
 @dataclass(frozen=True)
+class TokenMap:
+    """Where a transformer's CAM reads its tokens: the output of submodule ``module`` of the trunk (a forward hook)
+    and ``to_map``, which turns that output into a (N, C, t, h, w) map of tokens (see ``moquad.eval.cam``)."""
+
+    module: str
+    to_map: Callable[[Any], torch.Tensor]
+    what: str  # said in the CAM's JSON record
+
+
+@dataclass(frozen=True)
 class Backbone:
-    """One backbone: ``build()`` returns a fresh, randomly initialised trunk with an ``out_dim``."""
+    """One backbone: ``build()`` returns a fresh, randomly initialised trunk whose ``out_dim`` is ``dim``."""
 
     build: Callable[[], nn.Module]
     description: str
+    dim: int  # the pooled feature's size (the model card states it without building the network)
     torchvision: TorchvisionNames | None = None  # None: exported under moquad's own key names only
+    tokens: TokenMap | None = None  # transformers: CAM is gradient-weighted tokens; None: a CNN's pre-pool map
+    clip: tuple[int, int] | None = None  # (frames, size) torchvision's definition is built for, when it has one
 
 
 def _tiny() -> nn.Module:
@@ -81,18 +97,57 @@ def _r3d_50() -> nn.Module:
     return R3D50()
 
 
+def _swin3d_t() -> nn.Module:
+    from moquad.models.transformers import SwinTrunk
+
+    return SwinTrunk()
+
+
+def _mvit_v2_s() -> nn.Module:
+    from moquad.models.transformers import MViTTrunk
+
+    return MViTTrunk()
+
+
+def _channels_last(out: torch.Tensor) -> torch.Tensor:
+    """Swin's normalised last-stage tokens (N, t, h, w, C) -> (N, C, t, h, w)."""
+    return out.permute(0, 4, 1, 2, 3)
+
+
+def _cls_and_grid(out: tuple[torch.Tensor, tuple[int, int, int]]) -> torch.Tensor:
+    """An MViT block's ``(tokens (N, 1 + t*h*w, C), (t, h, w))`` -> the patch tokens (N, C, t, h, w), class
+    token dropped."""
+    x, (t, h, w) = out
+    return x[:, 1:].reshape(x.shape[0], t, h, w, x.shape[2]).permute(0, 4, 1, 2, 3)
+
+
 _FC = TorchvisionNames("net.", ("fc.weight", "fc.bias"), "model.fc = torch.nn.Identity()")
+_HEAD = "model.head = torch.nn.Identity()"
 
 BACKBONES: dict[str, Backbone] = {
-    "tiny": Backbone(_tiny, "4-layer 3D CNN (~0.1 M parameters) for tests and the CPU demo"),
-    "r3d_18": Backbone(_r3d_18, "torchvision R3D-18", _FC),
-    "mc3_18": Backbone(_mc3_18, "torchvision MC3-18 (mixed 3D / 2D convolutions)", _FC),
-    "r2plus1d_18": Backbone(_r2plus1d_18, "torchvision R(2+1)D-18", _FC),
-    "s3d": Backbone(_s3d, "torchvision S3D (global average pool)", TorchvisionNames(
+    "tiny": Backbone(_tiny, "4-layer 3D CNN (~0.1 M parameters) for tests and the CPU demo", 64),
+    "r3d_18": Backbone(_r3d_18, "torchvision R3D-18", 512, _FC),
+    "mc3_18": Backbone(_mc3_18, "torchvision MC3-18 (mixed 3D / 2D convolutions)", 512, _FC),
+    "r2plus1d_18": Backbone(_r2plus1d_18, "torchvision R(2+1)D-18", 512, _FC),
+    "s3d": Backbone(_s3d, "torchvision S3D (global average pool)", 1024, TorchvisionNames(
         "", ("classifier.1.weight", "classifier.1.bias"),
         "model.classifier = torch.nn.Identity(); model.avgpool = torch.nn.AdaptiveAvgPool3d(1)")),
-    "r3d_50": Backbone(_r3d_50, "CVRL's 3D ResNet-50 (moquad.models.r3d50)"),
+    "r3d_50": Backbone(_r3d_50, "CVRL's 3D ResNet-50 (moquad.models.r3d50)", 2048),
+    # the tokens of the last stage, after its LayerNorm: exactly what the average pool reads
+    "swin3d_t": Backbone(_swin3d_t, "torchvision Video Swin-T (shifted-window attention, 28 M parameters)", 768,
+                         TorchvisionNames("net.", ("head.weight", "head.bias"), _HEAD),
+                         TokenMap("net.norm", _channels_last, "Swin's last-stage tokens after the final LayerNorm")),
+    # the feature is the class token after the last block: the last block's patch tokens never reach it, so CAM
+    # reads the tokens ENTERING the last block (the output of block 14 of 0..15), which its attention pools
+    "mvit_v2_s": Backbone(_mvit_v2_s, "torchvision MViTv2-S (multiscale attention, class token; 35 M parameters)",
+                          768, TorchvisionNames("net.", ("head.1.weight", "head.1.bias"), _HEAD),
+                          TokenMap("net.blocks.14", _cls_and_grid, "MViT's tokens entering its last block (the "
+                                   "class token's attention reads them)"), clip=(16, 224)),
 }
+
+# the architectures a torchvision weights file fits (``moquad export --format torchvision``, ``moquad motion
+# ARCH:WEIGHTS``): the rows with torchvision names, read here once
+TORCHVISION_ARCHS: tuple[str, ...] = tuple(name for name, b in BACKBONES.items() if b.torchvision is not None)
 
 
 def _frame_differences(module: nn.Module, args: tuple) -> tuple:
@@ -121,6 +176,8 @@ def build_backbone(name: str, model_input: str = DEFAULT_INPUT) -> tuple[nn.Modu
     if model_input not in INPUTS:
         raise ValueError(f"unknown model input {model_input!r}; choose one of {', '.join(INPUTS)}")
     net = BACKBONES[name].build()
+    if int(net.out_dim) != BACKBONES[name].dim:
+        raise RuntimeError(f"backbone {name} built {net.out_dim}-d features, its row says {BACKBONES[name].dim}")
     hook = INPUTS[model_input][0]
     if hook is not None:
         net.register_forward_pre_hook(hook)

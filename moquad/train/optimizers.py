@@ -1,22 +1,75 @@
 """The optimizer table (``optimizer`` of pre-training, the linear probe and fine-tuning): ONE table, name ->
-builder, and :func:`make_optimizer`, the one factory that reads it.
+:class:`Optimizer` (how its parameter groups are made, and the torch optimizer over them), and
+:func:`make_optimizer`, the one factory that reads it.
 
-Adding an optimizer is one entry in :data:`OPTIMIZERS`. This module imports no torch at load time (each
-builder imports its optimizer when called), so :mod:`moquad.settings` reads the names for free to check
-the setting.
+- ``lars``, ``sgd``, ``adamw``: two groups, no weight decay (nor LARS adaptation) on BatchNorm / LayerNorm /
+  GroupNorm parameters and biases (:func:`moquad.train.lars.param_groups`); the CNN recipes use ``lars``.
+- ``adamw_vit``: the transformer recipe (MoCo v3's ViT setting; VideoMAE's for fine-tuning): AdamW (betas 0.9,
+  0.999) with no weight decay on norms, biases and position tables (a trunk's ``no_weight_decay()``, timm's
+  convention: relative-position tables, the class token) nor any other 1-d parameter; when fine-tuning
+  (``finetune=True``), layer-wise lr decay: a parameter of layer ``i`` of a trunk with ``L`` layers
+  (``layer_id`` / ``num_layers``) learns at ``LAYER_DECAY ** (L + 1 - i)`` of the lr, everything outside the
+  trunk (the new classifier) at the full lr. The schedule is the caller's (pre-training: linear warm-up then
+  half-period cosine, :func:`moquad.train.schedule.lr_schedule`); it sets each group's ``lr`` every step, and
+  :class:`ScaledAdamW` multiplies it by the group's ``lr_scale`` inside ``step``.
+
+Adding an optimizer is one entry in :data:`OPTIMIZERS`. This module imports no torch at load time (each builder
+imports its optimizer when called), so :mod:`moquad.settings` reads the names for free to check the setting.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-# a builder: (parameter groups of moquad.train.lars.param_groups, lr, weight decay) -> optimizer
+# a builder: (parameter groups, lr, weight decay) -> optimizer
 Builder = Callable[[list[dict], float, float], "torch.optim.Optimizer"]
+# a grouping: (module, weight decay, finetune) -> parameter groups
+Grouping = Callable[["nn.Module", float, bool], list[dict]]
+
+# layer-wise lr decay of adamw_vit when fine-tuning: VideoMAE's default (run_class_finetuning.py --layer_decay 0.75)
+LAYER_DECAY = 0.75
+
+
+def _norm_bias_groups(module: nn.Module, weight_decay: float, finetune: bool) -> list[dict]:
+    """The CNN grouping: regular weights (decay, LARS adaptation), and BN / norm / bias parameters (neither)."""
+    from moquad.train.lars import param_groups
+
+    return param_groups(module, weight_decay)
+
+
+def transformer_groups(module: nn.Module, weight_decay: float, finetune: bool,
+                       layer_decay: float = LAYER_DECAY) -> list[dict]:
+    """``adamw_vit``'s groups: one per (weight decay, lr scale), each with ``lr_scale``. No decay: parameters of
+    norm layers, biases, 1-d parameters and each trunk's ``no_weight_decay()``. ``finetune``: lr scale
+    ``layer_decay ** (num_layers + 1 - layer_id(name))`` inside a trunk (a submodule with ``layer_id``), 1 outside."""
+    from moquad.train.lars import _NORM_TYPES
+
+    trunks = {prefix: m for prefix, m in module.named_modules() if hasattr(m, "layer_id")}
+    norm_params = {id(p) for m in module.modules() if isinstance(m, _NORM_TYPES) for p in m.parameters(False)}
+    groups: dict[tuple[float, float], dict] = {}
+    for name, p in module.named_parameters():
+        if not p.requires_grad:
+            continue
+        decay, scale = weight_decay, 1.0
+        if id(p) in norm_params or p.ndim <= 1 or name.endswith("bias"):
+            decay = 0.0
+        for prefix, trunk in trunks.items():
+            if prefix and not name.startswith(prefix + "."):
+                continue
+            inner = name[len(prefix) + 1:] if prefix else name
+            if inner in trunk.no_weight_decay():
+                decay = 0.0
+            if finetune:
+                scale = layer_decay ** (trunk.num_layers + 1 - trunk.layer_id(inner))
+        group = groups.setdefault((decay, scale), {"params": [], "weight_decay": decay, "lr_scale": scale})
+        group["params"].append(p)
+    return list(groups.values())
 
 
 def _lars(groups: list[dict], lr: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -40,19 +93,36 @@ def _adamw(groups: list[dict], lr: float, weight_decay: float) -> torch.optim.Op
     return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
 
 
-OPTIMIZERS: dict[str, Builder] = {
-    "lars": _lars,
-    "sgd": _sgd,
-    "adamw": _adamw,
+def _scaled_adamw(groups: list[dict], lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW (betas 0.9, 0.999; eps 1e-8) whose groups learn at ``lr * lr_scale``."""
+    from moquad.train.scaled_adamw import ScaledAdamW
+
+    return ScaledAdamW(groups, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """One row: how the parameters are grouped, and the torch optimizer built over the groups."""
+
+    build: Builder
+    groups: Grouping = _norm_bias_groups
+
+
+OPTIMIZERS: dict[str, Optimizer] = {
+    "lars": Optimizer(_lars),
+    "sgd": Optimizer(_sgd),
+    "adamw": Optimizer(_adamw),
+    "adamw_vit": Optimizer(_scaled_adamw, transformer_groups),
 }
 
 
-def make_optimizer(module: nn.Module, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+def make_optimizer(module: nn.Module, name: str, lr: float, weight_decay: float,
+                   finetune: bool = False) -> torch.optim.Optimizer:
     """THE optimizer factory (pre-training, linear probe, fine-tuning) over ``module``'s trainable parameters:
-    the :data:`OPTIMIZERS` row ``name``. BN and bias parameters get no weight decay (nor LARS adaptation)."""
-    from moquad.train.lars import param_groups
-
+    the :data:`OPTIMIZERS` row ``name``; ``finetune`` turns on a row's fine-tuning rule (``adamw_vit``: layer-wise
+    lr decay)."""
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
-    groups = [g for g in param_groups(module, weight_decay) if g["params"]]
-    return OPTIMIZERS[name](groups, lr, weight_decay)
+    row = OPTIMIZERS[name]
+    groups = [g for g in row.groups(module, weight_decay, finetune) if g["params"]]
+    return row.build(groups, lr, weight_decay)
