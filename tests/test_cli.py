@@ -345,7 +345,8 @@ def tiny_data(tmp_path_factory):
      "this is the shards/ folder of a dataset: pass its parent, --data {data}"),
     ("sd", ["motion", "--data", "{data}", "{tmp}/sd.pt", "--out", "{tmp}/m"],
      "{tmp}/sd.pt is not a moquad checkpoint (a plain state dict: weights without a moquad config; `moquad motion` "
-     "reads torchvision video weights as ARCH:{tmp}/sd.pt with ARCH one of r3d_18, mc3_18, r2plus1d_18, s3d)"),
+     "reads torchvision video weights as ARCH:{tmp}/sd.pt with ARCH one of r3d_18, mc3_18, r2plus1d_18, s3d, swin3d_t, "
+     "mvit_v2_s)"),
     ("recipe", ["pretrain", "--data", "{data}", "--recipe", "eval/cpu_demo.yaml"],
      "eval/cpu_demo.yaml is an evaluation recipe (for `moquad retrieve`, `linear`, `finetune`, `extract` or `cam`), "
      "not a pre-training recipe; use it there, or give this one a pre-training recipe (`moquad recipes --stage "

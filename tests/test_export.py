@@ -139,7 +139,7 @@ def test_card_without_readable_data(tmp_path):
 
 
 @pytest.mark.parametrize("case, message", [
-    ("not-moquad", "is not a moquad checkpoint (no 'model'"),
+    ("not-moquad", "is not a moquad checkpoint (a plain state dict"),
     ("tiny-torchvision", "--format safetensors"),
 ])
 def test_cli_errors_one_line_nothing_written(tmp_path, case, message):
