@@ -24,6 +24,7 @@ lint: setup
 bench: setup
 	$(BIN)/python benchmarks/bench_preprocess.py
 	$(BIN)/python benchmarks/bench_loader.py
+	$(BIN)/pip install -q -c constraints.txt -e ".[bench]" && $(BIN)/python benchmarks/bench_decoders.py
 	$(BIN)/python benchmarks/bench_step.py
 	$(BIN)/python benchmarks/bench_scale.py
 
