@@ -50,6 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ENV = "MOQUAD_BENCH_FFMPEG"
+NO_CHECK = "shards, no checksum"  # verify_checksums=False: what the payload checksum costs the loader
 
 
 def pyav_ffmpeg_dir() -> Path | None:
@@ -230,19 +231,24 @@ def _rchar() -> int:
 
 
 def bytes_and_checksum(batches: list[dict], split: Split, repeats: int = 5) -> dict[str, float]:
-    """Per quadruple: bytes the loader read (payload + RAD donors), the JPEG bytes of the frames it decodes,
-    the payload bytes, and CPU us of xxh3-128 over the payload (today) vs over each decoded frame's bytes."""
+    """Per quadruple: bytes the loader read (payload + RAD donors), the JPEG bytes of the frames it decodes, the
+    payload bytes, the bytes of one ranged read per clip (its first to last frame, ranges merged), and CPU us of
+    xxh3-128 over the payload (today) vs over each decoded frame's bytes."""
     import xxhash
 
     row = {str(v): i for i, v in enumerate(split.video_id)}
     read = sum(int(b["bytes"]) for b in batches)
-    payloads, ranges = [], []
+    payloads, ranges, spans = [], [], 0
     for b in batches:
         for vid, info in zip(b["video_id"], b["info"]):
             i = row[vid]
             p, fo = split.payload(i, verify=False), split.frame_offsets(i)
             payloads.append(p)
             ranges.append([memoryview(p)[fo[f] : fo[f + 1]] for f in _distinct(info).tolist()])
+            covered = np.zeros(len(fo) - 1, bool)  # one ranged read per clip: its first to its last frame
+            for clip in info["indices"]:
+                covered[int(np.min(clip)) : int(np.max(clip)) + 1] = True
+            spans += int(np.diff(fo)[covered].sum())
     whole, per_frame = [], []
     for _ in range(repeats):
         t0 = clock()
@@ -256,7 +262,7 @@ def bytes_and_checksum(batches: list[dict], split: Split, repeats: int = 5) -> d
         per_frame.append(clock() - t0)
     n = len(payloads)
     return {"read": read / n, "payload": sum(map(len, payloads)) / n,
-            "frames": sum(len(r) for rs in ranges for r in rs) / n,
+            "frames": sum(len(r) for rs in ranges for r in rs) / n, "clip_spans": spans / n,
             "xxh3_payload_us": 1e6 * statistics.median(whole) / n,
             "xxh3_frames_us": 1e6 * statistics.median(per_frame) / n}
 
@@ -302,12 +308,14 @@ def measure_set(data: Path, video_root: Path, peers: list[str], repeats: int, ch
     split, cfg = Split(data, "train"), LoaderConfig(frames=16, size=112, workers=0)
     raw_cfg = dataclasses.replace(cfg, augment_on_device=True, scaled_decode=False)
     sources = {str(v): str((video_root / v).resolve()) for v in split.video_id}
-    rows = ["shards", *peers, "decode bound"]
+    rows = ["shards", NO_CHECK, *peers, "decode bound"]
     rate: dict[str, list[float]] = {k: [] for k in rows}
     peer_read: dict[str, list[float]] = {p: [] for p in peers}
     for rep in range(repeats):
         t, n, _ = run_loader(data, cfg, rep)
         rate["shards"].append(n / t)
+        t, n, _ = run_loader(data, dataclasses.replace(cfg, verify_checksums=False), rep)
+        rate[NO_CHECK].append(n / t)
         _, _, raw = run_loader(data, raw_cfg, rep, keep=True)  # the same parameters for every source, untimed
         for peer in peers:
             r0 = _rchar()
@@ -334,7 +342,7 @@ def print_set(label: str, res: dict, prep: float | None, status: dict[str, str |
     print("| source | quadruples / CPU s | shards vs it | vs PyAV | bytes read / quadruple | read / decoded frames' bytes |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, q in med.items():
-        if name == "shards":
+        if name in ("shards", NO_CHECK):
             read = f"{by['read'] / 1e3:.0f} kB (payload + donors)"
             ratio = f"{by['read'] / by['frames']:.2f}x"
         elif name == "decode bound":
@@ -343,6 +351,7 @@ def print_set(label: str, res: dict, prep: float | None, status: dict[str, str |
             read = f"{res['peer_read'][name] / 1e3:.0f} kB (rchar; file {res['source_bytes'] / 1e3:.0f} kB)"
             ratio = f"{res['peer_read'][name] / by['frames']:.2f}x"
         pyav = f"{q / med['PyAV']:.1f}x" if "PyAV" in med else "-"
+        read += f" (checksum cost {100 * (1 - q / med[NO_CHECK]):.1f}%)" if name == "shards" and NO_CHECK in med else ""
         print(f"| {name} | {q:.1f} | {med['shards'] / q:.2f}x | {pyav} | {read} | {ratio} |")
     for name, why in status.items():
         if why:
@@ -352,10 +361,13 @@ def print_set(label: str, res: dict, prep: float | None, status: dict[str, str |
           f"{by['xxh3_payload_us']:.0f} us = {100 * by['xxh3_payload_us'] / per_quad:.1f}% of the loader's "
           f"{per_quad:.0f} us; only the decoded frames' bytes ({by['frames'] / 1e3:.0f} kB, per-frame hashes) "
           f"{by['xxh3_frames_us']:.0f} us = {100 * by['xxh3_frames_us'] / per_quad:.1f}%")
+    if "clip_spans" in by:
+        print(f"bytes per quadruple: whole payload {by['payload'] / 1e3:.0f} kB (read today), one range per clip "
+              f"(first to last frame) {by['clip_spans'] / 1e3:.0f} kB, the decoded frames only {by['frames'] / 1e3:.0f} kB")
     if prep is not None:
         print(f"preprocessing these videos: {prep:.2f} CPU s per video (1 worker, ffmpeg included)")
         for name in med:
-            if name in ("shards", "decode bound"):
+            if name in ("shards", NO_CHECK, "decode bound"):
                 continue
             saved = 1 / med[name] - 1 / med["shards"]  # CPU s per video per epoch
             pay = f"pays for itself after {prep / saved:.1f} epochs" if saved > 0 else "never pays (no time saved)"
@@ -376,6 +388,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "moquad_bench_loader"))
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--tiny", action="store_true", help="8 copies of a 1 s clip, one epoch")
+    ap.add_argument("--peers", choices=("all", "none"), default="all",
+                    help="none: only the shards' rows and the decode bound (the checksum's cost, quickly)")
     ap.add_argument("--sets", choices=("all", "k400", "real"), default="all",
                     help="the K400-like clips, the other real clips, or both (one process)")
     args = ap.parse_args(argv)
@@ -385,7 +399,7 @@ def main(argv: list[str] | None = None) -> dict:
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     status = peer_status()
-    peers = ["PyAV", *[p for p, why in status.items() if why is None]]
+    peers = ["PyAV", *[p for p, why in status.items() if why is None]] if args.peers == "all" else []
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores); "
           f"FFmpeg for torchcodec: {os.environ.get(ENV, 'the system')}"
           + (" (PyAV's bundled libraries, linked by soname)" if os.environ.get(ENV) else ""))
