@@ -31,7 +31,8 @@ Also printed: the preprocessing CPU seconds of the same videos (``preprocess``, 
 the epochs after which they are paid back; bytes read per quadruple against the JPEG bytes of the frames it
 decodes, and xxh3-128 over the whole payload (today's check) against over only the frames read.
 ``--tiny``: 8 copies of a 1 s clip, one epoch (the test's smoke run). The frame check (one batch per set) compares
-each source's frames with the shards' and, at full size, with PyAV's.
+each source's frames with the shards' (PSNR: JPEG tolerance) and, at full size, with torchcodec's.
+``--peers none``: only the loader with and without its checksum and the decode bound; ``--sets k400|real``: one set.
 """
 
 from __future__ import annotations
