@@ -24,6 +24,7 @@ lint: setup
 bench: setup
 	$(BIN)/python benchmarks/bench_preprocess.py
 	$(BIN)/python benchmarks/bench_loader.py
+	$(BIN)/pip install -q -c constraints.txt -e ".[bench]" || echo "bench_decoders: the [bench] extra did not install; its rows say why"; $(BIN)/python benchmarks/bench_decoders.py
 	$(BIN)/python benchmarks/bench_step.py
 	$(BIN)/python benchmarks/bench_scale.py
 
