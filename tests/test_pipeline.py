@@ -20,11 +20,10 @@ from moquad.data.augment import STD, apply_views, normalize, to_model
 from moquad.data.epoch_plan import EpochPlan
 from moquad.data.pipeline import make_loader
 from moquad.data.views import fixed_pair, quadruple, speed_pair
-
-PLANS = {"quadruple": quadruple, "speed_pair": speed_pair, "fixed_pair": fixed_pair}  # the shipped view plans
 from moquad.errors import MoquadError
 
 CFG = LoaderConfig(frames=4, size=16, dilations=(1, 2), workers=0)
+PLANS = {"quadruple": quadruple, "speed_pair": speed_pair, "fixed_pair": fixed_pair}  # the shipped view plans
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +96,9 @@ def test_batch_contract(data, changes, names):
     for info in b["info"]:
         n, m = info["dilations"]
         steps = [set(np.diff(np.asarray(i)).tolist()) for i in info["indices"]]
-        if mode == "pair":
+        if mode == "fixed_pair":
             assert steps == [{cfg.simclr_dilation}] * 2
-        elif mode == "appearance":
+        elif mode == "speed_pair":
             assert steps == [{n}, {m}] and n != m
         elif cfg.intra_neg:
             assert steps[:3] == [{n}, {n}, {m}] and n != m
@@ -379,7 +378,8 @@ def test_worker_and_device_paths_give_the_same_views(textured, changes):
     assert out.shape == (3, len(cpu["view_names"]), 3, 4, 32, 32)
     assert float(levels.max()) <= 0.51
     # decode_on_device: workers ship JPEG bytes; torchvision decodes them (nvJPEG on CUDA; libjpeg-turbo here)
-    jpeg = next(iter(make_loader(textured, dataclasses.replace(cfg, decode_on_device=True), batch_size=3, mode=mode)))
+    jpeg = next(iter(make_loader(textured, dataclasses.replace(cfg, decode_on_device=True), batch_size=3,
+                                 views=PLANS[mode](cfg))))
     assert "raw" not in jpeg and jpeg["jpeg"].dtype == torch.uint8 and int(jpeg["jpeg_count"].sum()) == \
         len(jpeg["jpeg_offsets"]) - 1
     assert torch.equal(to_model(jpeg, "cpu", cfg.size), out)
