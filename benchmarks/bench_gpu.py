@@ -50,7 +50,7 @@ from moquad.synth import MOTIONS, synth_videos
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.fixtures import write_frames  # noqa: E402 - the test fixtures' shard writer of in-memory frames
 
-QUAD = ("anchor", "ad_pos", "intra_neg", "ad_intra_neg")
+QUAD = ("anchor", "positive", "intra_negative", "intra_negative")  # the quadruple's roles
 MODES = {"workers": [], "device": ["--augment-on-device"], "gpu-decode": ["--set", "loader.decode_on_device=true"]}
 
 
@@ -129,13 +129,14 @@ def time_step(size: int, batch: int, views: int, channels_last: bool, steps: int
     if channels_last:
         model = model.to(memory_format=torch.channels_last_3d)
     opt = make_optimizer(model, "lars", 0.1, 1e-6)
-    names, video = QUAD[:views] if views == 4 else ("anchor", "pos"), torch.arange(batch, device=device)
+    roles, video = QUAD[:views], torch.arange(batch, device=device)
     times = []
     for i in range(steps + warmup):
         if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        loss, _ = forward_loss(model, x, names, "moquad", tau=0.1, hard_beta=0.01, hard_alpha=1.5, video=video)
+        loss, _ = forward_loss(model, x, roles, "moquad.train.losses:quadruple", tau=0.1, hard_beta=0.01,
+                               hard_alpha=1.5, video=video)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -1,11 +1,13 @@
-"""Training-step time per video: MoQuad (4 clips per video) vs SimCLR (2 clips), same backbone and batch.
+"""Training-step time per video of each method's main stage, same backbone and batch: SimCLR (the ladder's base,
+2 clips per video), MoQuad (4 clips), the momentum base MoCo (2 clips: the anchor through the online network,
+the positive through the momentum encoder, no gradient) and MoQuad on it (4 clips: 3 of them momentum keys).
 
-A MoQuad step pushes twice the clips of a SimCLR step, so 2x is the floor; the table reports the
-overhead beyond it (loss with intra/inter negatives and hard mining, bigger similarity matrix).
-Timed: forward + loss + backward + optimizer step on random normalised clips (no data loading), median
-of ``--repeats`` after one warm-up step; the optimizer is the one the backbone's recipes use (LARS for the CNNs,
-``adamw_vit`` for the transformers, i.e. the backbone rows with CAM tokens). Run:
-``nice python benchmarks/bench_step.py``.
+A MoQuad step pushes twice the clips of a SimCLR step, so 2x is the floor; the table reports the ratio of each
+method to SimCLR. A momentum method runs only the anchors backward, so its step can cost less than SimCLR's.
+Timed: EMA update (momentum methods) + forward + loss + backward + optimizer step on random normalised clips (no
+data loading), median of ``--repeats`` after one warm-up step, the methods' steps interleaved so load affects all
+alike; the optimizer is the one the backbone's recipes use (LARS for the CNNs, ``adamw_vit`` for the
+transformers, i.e. the backbone rows with CAM tokens). Run: ``nice python benchmarks/bench_step.py``.
 """
 
 from __future__ import annotations
@@ -19,27 +21,37 @@ import torch
 from moquad.config import PretrainConfig
 from moquad.models import BACKBONES, build_model
 from moquad.train.loop import forward_loss
+from moquad.train.methods import METHODS
+from moquad.train.momentum import build as build_momentum
 from moquad.train.optimizers import make_optimizer
 
-QUAD = ("anchor", "ad_pos", "intra_neg", "ad_intra_neg")  # simclr (the ladder base): QUAD[:2] with a plain "pos"
+ROWS = ("simclr", "moquad", "moco", "moco_moquad")  # rows of METHODS, timed at their main (last) stage
+QUAD = ("anchor", "positive", "intra_negative", "intra_negative")
 
 
-def _setup(backbone: str, mode: str, batch: int, frames: int, size: int, device: str):
+def _setup(backbone: str, method: str, batch: int, frames: int, size: int, device: str):
     torch.manual_seed(0)
-    cfg = PretrainConfig(backbone=backbone)
+    cfg = PretrainConfig(backbone=backbone, queue_size=4096)
     model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden).to(device).train()
     transformer = BACKBONES[backbone].tokens is not None
     opt = make_optimizer(model, "adamw_vit" if transformer else "lars", 1e-4 if transformer else 0.1, 1e-6)
-    x = torch.randn(batch, 4 if mode == "moquad" else 2, 3, frames, size, size, device=device)
-    return model, opt, x
+    m = METHODS[method]
+    momentum = build_momentum(m.momentum, model, cfg) if m.momentum is not None else None
+    roles = QUAD if method.endswith("moquad") else QUAD[:2]
+    x = torch.randn(batch, len(roles), 3, frames, size, size, device=device)
+    return model, opt, x, roles, m.stages[-1].loss, momentum
 
 
-def _step(model, opt, x, mode: str, device: str) -> float:
-    names = QUAD if mode == "moquad" else ("anchor", "pos")
+def _step(run, device: str, step: int) -> float:
+    model, opt, x, roles, loss_fn, momentum = run
     if device == "cuda":
         torch.cuda.synchronize()
     t = time.perf_counter()
-    loss, _ = forward_loss(model, x, names, "moquad", tau=0.1, hard_beta=0.01, hard_alpha=1.5)  # simclr: the ladder's base
+    if momentum is not None:
+        momentum.update(model, step, 1000)
+    video = torch.arange(x.shape[0], device=device) + step * x.shape[0]
+    loss, _ = forward_loss(model, x, roles, loss_fn, tau=0.1, hard_beta=0.01, hard_alpha=1.5, video=video,
+                           momentum=momentum)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -48,17 +60,15 @@ def _step(model, opt, x, mode: str, device: str) -> float:
     return time.perf_counter() - t
 
 
-def time_steps(
-    backbone: str, batch: int, frames: int, size: int, repeats: int, device: str
-) -> dict[str, float]:
-    """Median seconds per step for each mode; SimCLR and MoQuad steps alternate so load affects both alike."""
-    runs = {m: _setup(backbone, m, batch, frames, size, device) for m in ("simclr", "moquad")}
+def time_steps(backbone: str, batch: int, frames: int, size: int, repeats: int, device: str) -> dict[str, float]:
+    """Median seconds per step of each method (steps interleaved)."""
+    runs = {m: _setup(backbone, m, batch, frames, size, device) for m in ROWS}
     times: dict[str, list[float]] = {m: [] for m in runs}
     for r in range(repeats + 1):
-        for mode, (model, opt, x) in runs.items():
-            t = _step(model, opt, x, mode, device)
+        for method, run in runs.items():
+            t = _step(run, device, r)
             if r:  # first step is warm-up
-                times[mode].append(t)
+                times[method].append(t)
     return {m: statistics.median(v) for m, v in times.items()}
 
 
@@ -92,23 +102,16 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"device {args.device}, torch threads {torch.get_num_threads()}, median of {args.repeats} steps\n")
-    header = (
-        f"{'backbone':<12} {'batch':>5} {'clip':>10} {'SimCLR ms/video':>16} {'MoQuad ms/video':>16} "
-        f"{'ratio':>6} {'overhead beyond 2x':>19}"
-    )
-    print(header)
-    print("-" * len(header))
+    print(f"device {args.device}, torch threads {torch.get_num_threads()}, median of {args.repeats} steps, "
+          "ms per video (ratio to SimCLR)\n")
+    print("| backbone | batch | clip | " + " | ".join(ROWS) + " |")
+    print("|---|---:|---|" + "---:|" * len(ROWS))
     for entry in args.configs:
         name, batch, frames, size = entry.split(":")
         batch, frames, size = int(batch), int(frames), int(size)
         med = time_steps(name, batch, frames, size, args.repeats, args.device)
-        sim, quad = med["simclr"] / batch, med["moquad"] / batch
-        ratio = quad / sim
-        print(
-            f"{name:<12} {batch:>5} {f'{frames}x{size}px':>10} {sim * 1e3:>16.1f} {quad * 1e3:>16.1f} "
-            f"{ratio:>6.2f} {100 * (ratio / 2 - 1):>18.1f}%"
-        )
+        cells = [f"{med[m] / batch * 1e3:.1f} ({med[m] / med['simclr']:.2f}x)" for m in ROWS]
+        print(f"| {name} | {batch} | {frames}x{size}px | " + " | ".join(cells) + " |")
 
     print("\nloss alone (forward + backward, 128-d projections), global batch of 256 videos:")
     for mode in ("simclr", "moquad"):

@@ -13,6 +13,9 @@ fine-tuning settings) and reports its test top-1 in every column. One JSON line 
         --variants base paper reverse speed+reverse
     python benchmarks/motion_ladder.py --out runs/ladder --table
     python benchmarks/motion_ladder.py --out runs/ladder --per-class directions   # top-1 per class
+    python benchmarks/motion_ladder.py --out runs/methods --families types directions --seeds 0 \
+        --variants random supervised base paper moco moco_moquad moco+ad_pos moco+ad_pos+intra_neg base@b8 \
+        paper@b8 moco@b8 moco_moquad@b8                                   # the two bases (docs/methods.md)
 """
 
 from __future__ import annotations
@@ -46,6 +49,19 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "speed+reverse+shared+diff": ("moquad", ["loader.motion_ops=speed,reverse", "loader.flip=shared",
                                              "model_input=diff"]),
     "base+shared+diff": ("simclr", ["loader.flip=shared", "model_input=diff"]),
+    # the momentum base (moquad.train.momentum; docs/methods.md): MoCo, its Table 4 rungs, MoQuad on it; queue 128
+    # keys (about half a demo train split), m0 0.99; "@b8": the same at global batch 8, where a queue should matter
+    "moco": ("moco", ["loader.flip=independent", "queue_size=128"]),
+    "moco+ad_pos": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", "queue_size=128",
+                                    "loader.intra_neg=false", "loader.ad_intra_neg=false"]),
+    "moco+ad_pos+intra_neg": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent",
+                                              "queue_size=128", "loader.ad_intra_neg=false"]),
+    "moco_moquad": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", "queue_size=128"]),
+    "base@b8": ("simclr", ["loader.flip=independent", "batch_size=8"]),
+    "paper@b8": ("moquad", ["loader.motion_ops=speed", "loader.flip=independent", "batch_size=8"]),
+    "moco@b8": ("moco", ["loader.flip=independent", "queue_size=128", "batch_size=8"]),
+    "moco_moquad@b8": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", "queue_size=128",
+                                       "batch_size=8"]),
 }
 
 

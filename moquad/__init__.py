@@ -7,12 +7,14 @@ change here. The stable names, one call each (the docs' "Use it from Python" pag
     import moquad
 
     cfg = moquad.LoaderConfig(frames=16, size=112)                      # how quadruples are built
-    loader = moquad.make_loader("data/shards/ucf101", cfg, batch_size=32, epoch=0, mode="moquad")
+    loader = moquad.make_loader("data/shards/ucf101", cfg, batch_size=32, epoch=0)  # the quadruple
     batch = next(iter(loader))
     views = moquad.to_model(batch, "cuda", cfg.size)                    # (B, V, 3, T, H, W), normalised
     z = my_net(views.flatten(0, 1)).reshape(*views.shape[:2], -1)
-    loss, ranks = moquad.moquad_loss(z, batch["view_names"], video=batch["index"])  # tau 0.1, beta 0.01, alpha 1.5
-    loss, ranks = moquad.appearance_loss(z2)                            # the warm-up task (mode="appearance")
+    loss, ranks = moquad.moquad_loss(z, batch["roles"], video=batch["index"])  # tau 0.1, beta 0.01, alpha 1.5
+    warm = moquad.make_loader("data/shards/ucf101", cfg, batch_size=32, epoch=0,
+                              views=moquad.speed_pair_views(cfg))          # the warm-up task's pairs (Eq. 3)
+    loss, ranks = moquad.appearance_loss(z2)
 
     net = moquad.build_model("r3d_18", proj_dim=128, proj_hidden=2048)  # a row of moquad.BACKBONES
     ckpt = moquad.pretrain(moquad.resolve_config(moquad.PretrainConfig(), "ucf101_r3d18_moquad",
@@ -44,11 +46,17 @@ _API: dict[str, str] = {
     "Split": "moquad.data.store:Split",
     "make_loader": "moquad.data.pipeline:make_loader",
     "to_model": "moquad.data.augment:to_model",
+    "ViewPlan": "moquad.data.views:ViewPlan",
+    "View": "moquad.data.views:View",
+    "quadruple_views": "moquad.data.views:quadruple",  # the plans a method's stages name (loss names the same)
+    "speed_pair_views": "moquad.data.views:speed_pair",
+    "fixed_pair_views": "moquad.data.views:fixed_pair",
     # the method
     "METHODS": "moquad.train.methods:METHODS",
     "moquad_loss": "moquad.train.losses:moquad_loss",
     "appearance_loss": "moquad.train.losses:appearance_loss",
     "nt_xent_loss": "moquad.train.losses:nt_xent_loss",
+    "momentum_loss": "moquad.train.losses:momentum_loss",
     "BACKBONES": "moquad.models.backbones:BACKBONES",
     "build_backbone": "moquad.models.backbones:build_backbone",
     "build_model": "moquad.models.model:build_model",

@@ -326,7 +326,8 @@ class PretrainConfig:
     out: str = rule("runs/pretrain", help="Run folder (checkpoints, logs, config).")
     split: str = rule("train", help="Manifest split to learn from.")
     method: str = rule("moquad", help="simclr is the ladder's base (MoQuad's sampling and loss, no quadruple parts); "
-                       "simclr_classic: two clips at one dilation, NT-Xent.")  # moquad.train.methods.METHODS
+                       "simclr_classic: two clips at one dilation, NT-Xent; moco: momentum encoder and queue; "
+                       "moco_moquad: MoQuad on moco.")  # moquad.train.methods.METHODS
     backbone: str = rule("r3d_18", help="Video encoder (moquad.models.BACKBONES).")
     # moquad.models.backbones.INPUTS; THE default of a model's input, read by every place that builds one
     model_input: str = rule("rgb", help="What the backbone sees (diff: frame differences).")
@@ -343,6 +344,9 @@ class PretrainConfig:
     warmup_ratio: float = rule(0.2, ge=0, le=1, help="Share of epochs on the appearance task (Alg. 1).")
     hard_beta: float = rule(0.01, ge=0, le=1, help="Eq. 4: share of inter negatives mined as hard (0: off).")
     hard_alpha: float = rule(1.5, gt=0, help="Eq. 4: weight of hard and intra negatives.")
+    # the momentum encoder of methods that have one (moquad.train.momentum): EMA from m0 (cosine to 1), queue of keys
+    momentum: float = rule(0.99, ge=0, le=1, help="Momentum encoder: EMA coefficient m0 at the start (cosine to 1).")
+    queue_size: int = rule(4096, ge=0, help="Momentum methods: negative keys kept in the queue.")
     # None: on when world size > 1 and the backbone has BatchNorm (logged)
     sync_bn: bool | None = rule(None, help="SyncBatchNorm across ranks (none: on with more than one rank and a "
                                 "BatchNorm backbone; GPU processes only; the choice is printed).")

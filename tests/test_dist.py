@@ -12,7 +12,7 @@ from s3server import free_port
 
 from moquad import dist
 
-NAMES = ("anchor", "ad_pos", "intra_neg", "ad_intra_neg")
+ROLES = ("anchor", "positive", "intra_negative", "intra_negative")
 
 
 def _model():
@@ -36,13 +36,13 @@ def _grads(model, views, out, video):
 
     result = {}
     for mode, v, beta in (
-        ("moquad", views, 0.2),
-        ("pair", views[:, :2], 0.0),
-        ("appearance", views[:, :2], 0.0),
+        ("quadruple", views, 0.2),
+        ("nt_xent", views[:, :2], 0.0),
+        ("speed_pair", views[:, :2], 0.0),
     ):
         model.zero_grad()
         loss, stats = forward_loss(
-            model, v, NAMES if mode == "moquad" else ("anchor", "pos"), mode, tau=0.1, hard_beta=beta, hard_alpha=1.5, video=video
+            model, v, ROLES[:v.shape[1]], f"moquad.train.losses:{mode}", tau=0.1, hard_beta=beta, hard_alpha=1.5, video=video
         )
         loss.backward()
         core = model.module if hasattr(model, "module") else model
@@ -94,7 +94,7 @@ def test_two_process_gloo_matches_single_process(tmp_path, monkeypatch):
     ref = torch.load(single)
     for rank in range(2):
         got = torch.load(tmp_path / f"grads{rank}.pt")
-        for mode in ("moquad", "pair", "appearance"):
+        for mode in ("quadruple", "nt_xent", "speed_pair"):
             assert float(got[mode + "_loss"]) == pytest.approx(float(ref[mode + "_loss"]), rel=1e-5)
             for a, b in zip(got[mode], ref[mode]):
                 torch.testing.assert_close(a, b, rtol=1e-4, atol=5e-6)

@@ -136,7 +136,7 @@ def test_r3d18_training_step_in_bf16(channels_last):
     opt = make_optimizer(model, "lars", 0.1, 1e-6)
     views = torch.randn(8, 4, 3, 16, 112, 112, device=CUDA)
     before = [p.detach().clone() for p in model.parameters()]
-    loss, stats = forward_loss(model, views, QUAD, "moquad", tau=0.1, hard_beta=0.01, hard_alpha=1.5, video=torch.arange(8, device=CUDA))
+    loss, stats = forward_loss(model, views, ("anchor", "positive", "intra_negative", "intra_negative"), "moquad.train.losses:quadruple", tau=0.1, hard_beta=0.01, hard_alpha=1.5, video=torch.arange(8, device=CUDA))
     loss.backward()
     opt.step()
     assert torch.isfinite(loss) and 0 < float(loss) < 20

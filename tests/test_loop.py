@@ -25,17 +25,10 @@ from moquad.train.methods import METHODS
 from moquad.train.plot import plot_run
 
 
-def view_names(cfg, mode="moquad") -> tuple[str, ...]:
-    if mode == "moquad":
-        names = ["anchor", "ad_pos" if cfg.ad_pos else "pos"]
-        return tuple(names + ["intra_neg"] * cfg.intra_neg + ["ad_intra_neg"] * cfg.ad_intra_neg)
-    return {"appearance": ("clip_n", "clip_m"), "pair": ("clip1", "clip2")}[mode]
-
-
 def fake_loader(data_dir, cfg, *, split="train", batch_size, epoch=0, rank=0, world_size=1, start=0,
-                num_batches=None, pin_memory=False, recycle=None, mode="moquad"):
-    """Random uint8 views, deterministic per (seed, epoch, rank, batch) like the real loader."""
-    names = view_names(cfg, mode)
+                num_batches=None, pin_memory=False, recycle=None, views=None):
+    """Random uint8 views of the plan ``views``, deterministic per (seed, epoch, rank, batch) like the real loader."""
+    names, roles = views.names, views.roles
     for i in range(start, num_batches):
         g = torch.Generator().manual_seed(((cfg.seed * 1000 + epoch) * 100 + rank) * 1000 + i)
         views = torch.randint(
@@ -48,6 +41,7 @@ def fake_loader(data_dir, cfg, *, split="train", batch_size, epoch=0, rank=0, wo
         yield {
             "views": views,
             "view_names": names,
+            "roles": roles,
             "video_id": [f"v{i}_{b}" for b in range(batch_size)],
             "label": torch.zeros(batch_size, dtype=torch.int64),
             "lam": torch.zeros(batch_size, len(names)),
@@ -141,12 +135,12 @@ def test_simclr_ladder_base_classic_and_short_loader(tmp_path):
     assert [r["mode"] for r in read_log(tmp_path / "s" / "log.jsonl")] == ["pair", "pair"]
     seen = []
 
-    def spy(data, lcfg, mode="moquad", **kw):
-        seen.append((mode, view_names(lcfg, mode)))
-        return fake_loader(data, lcfg, mode=mode, **kw)
+    def spy(data, lcfg, views=None, **kw):
+        seen.append(views.names)
+        return fake_loader(data, lcfg, views=views, **kw)
 
     train(make_cfg(tmp_path / "b", method="simclr", epochs=2, steps_per_epoch=1, warmup_ratio=0.5), spy, tensorboard=False)
-    assert seen == [("appearance", ("clip_n", "clip_m")), ("moquad", ("anchor", "pos"))]
+    assert seen == [("clip_n", "clip_m"), ("anchor", "pos")]
 
     def short(*a, num_batches=None, **kw):
         return fake_loader(*a, num_batches=1, **kw)
@@ -298,8 +292,8 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_pat
     cfg = make_cfg(tmp_path / "n", epochs=2, steps_per_epoch=3, warmup_ratio=0.0, ckpt_every=2)
     real = loop.forward_loss
 
-    def poisoned(model, views, names, mode, **kw):
-        loss, stats = real(model, views, names, mode, **kw)
+    def poisoned(model, views, roles, loss_fn, **kw):
+        loss, stats = real(model, views, roles, loss_fn, **kw)
         poisoned.calls += 1
         return (loss * float("nan") if poisoned.calls == 4 else loss), stats
 
@@ -415,9 +409,9 @@ def test_baseline_ladder_views_and_loss(coded_shards, method, switches, names, d
     from moquad.models import build_model
     from moquad.train.losses import moquad_loss
 
-    mode, forced = METHODS[method].loader_mode("moquad")
-    lcfg = LoaderConfig(frames=4, size=32, workers=0, **{**switches, **forced})
-    batch = next(iter(make_loader(coded_shards, lcfg, batch_size=4, mode=mode)))
+    stage = METHODS[method].stage("moquad")
+    lcfg = LoaderConfig(frames=4, size=32, workers=0, **{**switches, **stage.switches})
+    batch = next(iter(make_loader(coded_shards, lcfg, batch_size=4, views=stage.views(lcfg))))
     assert batch["view_names"] == names
     assert ((batch["lam"] > 0) == torch.tensor(disturbed)).all()  # which views carry RAD
     for info in batch["info"]:
@@ -428,7 +422,7 @@ def test_baseline_ladder_views_and_loss(coded_shards, method, switches, names, d
     model = build_model("tiny", proj_dim=16, proj_hidden=32).eval()
     with torch.no_grad():
         z = model(normalize(batch["views"], "cpu").flatten(0, 1)).view(4, len(names), -1)
-    got, _ = moquad_loss(z, names, tau=0.1, hard_beta=0.01, hard_alpha=1.5, video=batch["index"])
+    got, _ = moquad_loss(z, batch["roles"], tau=0.1, hard_beta=0.01, hard_alpha=1.5, video=batch["index"])
     want, _, _ = ref_quad(z.double(), names, 0.1, 0.01, 1.5, range(4))
     assert float(got) == pytest.approx(float(want), rel=1e-5)
 

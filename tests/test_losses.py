@@ -7,9 +7,16 @@ import math
 import pytest
 import torch
 
-from moquad.train.losses import appearance_loss, hard_k, moquad_loss, nt_xent_loss, view_roles
+from moquad.train.losses import appearance_loss, hard_k, moquad_loss, nt_xent_loss, role_views
 
 QUAD = ("anchor", "ad_pos", "intra_neg", "ad_intra_neg")
+ROLE = {"anchor": "anchor", "ad_pos": "positive", "pos": "positive", "intra_neg": "intra_negative",
+        "ad_intra_neg": "intra_negative"}
+
+
+def roles(names):
+    """The loss's roles of views named as the loader names them (tests keep the names readable)."""
+    return tuple(ROLE[n.split(":")[0]] for n in names)
 
 
 def _unit(v: torch.Tensor) -> torch.Tensor:
@@ -67,11 +74,11 @@ def test_moquad_loss_matches_loop(names, beta, alpha):
     torch.manual_seed(0)
     z = torch.randn(5, len(names), 8, dtype=torch.float64)
     tau = 0.1
-    got, g_got = _grad(lambda x: moquad_loss(x.float(), names, tau=tau, hard_beta=beta, hard_alpha=alpha), z)
+    got, g_got = _grad(lambda x: moquad_loss(x.float(), roles(names), tau=tau, hard_beta=beta, hard_alpha=alpha), z)
     want, g_want = _grad(lambda x: ref_quad(x, names, tau, beta, alpha, range(5))[0], z)
     assert abs(float(got) - float(want)) < 1e-5 * max(1.0, abs(float(want)))
     torch.testing.assert_close(g_got, g_want, atol=1e-5, rtol=1e-4)
-    _, stats = moquad_loss(z.float(), names, tau=tau, hard_beta=beta, hard_alpha=alpha)
+    _, stats = moquad_loss(z.float(), roles(names), tau=tau, hard_beta=beta, hard_alpha=alpha)
     _, r_pos, r_intra = ref_quad(z, names, tau, beta, alpha, range(5))
     assert stats["rank_pos"] == pytest.approx(r_pos)
     if len(names) > 2:
@@ -85,7 +92,7 @@ def test_moquad_loss_global_batch_slice():
     torch.manual_seed(1)
     zg = torch.randn(6, 4, 8, dtype=torch.float64)
     loss, stats = moquad_loss(
-        zg[2:4].float(), QUAD, z_global=zg.float(), offset=2, tau=0.1, hard_beta=0.1, hard_alpha=1.5
+        zg[2:4].float(), roles(QUAD), z_global=zg.float(), offset=2, tau=0.1, hard_beta=0.1, hard_alpha=1.5
     )
     want, r_pos, _ = ref_quad(zg, QUAD, 0.1, 0.1, 1.5, [2, 3])
     assert float(loss) == pytest.approx(float(want), rel=1e-5)
@@ -95,9 +102,9 @@ def test_moquad_loss_global_batch_slice():
 def test_mining_off_cases_equal_eq1():
     torch.manual_seed(2)
     z = torch.randn(4, 4, 16)
-    eq1, _ = moquad_loss(z, QUAD, tau=0.1, hard_beta=0.0, hard_alpha=1.5)
-    alpha1, _ = moquad_loss(z, QUAD, tau=0.1, hard_beta=0.5, hard_alpha=1.0)
-    mined, _ = moquad_loss(z, QUAD, tau=0.1, hard_beta=0.5, hard_alpha=1.5)
+    eq1, _ = moquad_loss(z, roles(QUAD), tau=0.1, hard_beta=0.0, hard_alpha=1.5)
+    alpha1, _ = moquad_loss(z, roles(QUAD), tau=0.1, hard_beta=0.5, hard_alpha=1.0)
+    mined, _ = moquad_loss(z, roles(QUAD), tau=0.1, hard_beta=0.5, hard_alpha=1.5)
     assert float(alpha1) == pytest.approx(float(eq1), rel=1e-6)
     assert float(mined) > float(eq1)  # up-weighting negatives can only raise the loss
 
@@ -171,20 +178,22 @@ def test_nt_xent_global_slice():
 def test_ranks_when_positive_is_nearest():
     z = torch.randn(3, 4, 8)
     z[:, 1] = z[:, 0]  # AD-Pos identical to the anchor -> rank 1
-    _, stats = moquad_loss(z, QUAD, tau=0.1, hard_beta=0.0, hard_alpha=1.5)
+    _, stats = moquad_loss(z, roles(QUAD), tau=0.1, hard_beta=0.0, hard_alpha=1.5)
     assert stats["rank_pos"] == 1.0
     assert stats["rank_intra_neg"] >= 2.0
 
 
-def test_view_roles_and_errors():
-    assert view_roles(QUAD) == (1, [2, 3])
-    assert view_roles(("anchor", "pos")) == (1, [])
+def test_role_views_and_errors():
+    assert role_views(roles(QUAD)) == (1, [2, 3])
+    assert role_views(("anchor", "positive")) == (1, [])
     with pytest.raises(ValueError, match="anchor"):
-        view_roles(("ad_pos", "anchor"))
+        role_views(("positive", "anchor"))
     with pytest.raises(ValueError, match="positive"):
-        view_roles(("anchor", "intra_neg"))
+        role_views(("anchor", "intra_negative"))
+    with pytest.raises(ValueError, match="unknown roles"):
+        role_views(("anchor", "positive", "intra_neg"))
     with pytest.raises(ValueError, match=r"\(B, 4, D\)"):
-        moquad_loss(torch.randn(2, 3, 4), QUAD, tau=0.1, hard_beta=0.0, hard_alpha=1.5)
+        moquad_loss(torch.randn(2, 3, 4), roles(QUAD), tau=0.1, hard_beta=0.0, hard_alpha=1.5)
     with pytest.raises(ValueError):
         nt_xent_loss(torch.randn(2, 4, 4), tau=0.1)
 
@@ -198,14 +207,14 @@ def test_same_video_is_never_an_inter_negative(beta):
     torch.manual_seed(6)
     z = torch.randn(5, 4, 8, dtype=torch.float64)
     video = torch.tensor(DUP)
-    got, g_got = _grad(lambda x: moquad_loss(x.float(), QUAD, tau=0.1, hard_beta=beta, hard_alpha=1.5, video=video), z)
+    got, g_got = _grad(lambda x: moquad_loss(x.float(), roles(QUAD), tau=0.1, hard_beta=beta, hard_alpha=1.5, video=video), z)
     want, g_want = _grad(lambda x: ref_quad(x, QUAD, 0.1, beta, 1.5, range(5), DUP)[0], z)
     assert float(got) == pytest.approx(float(want), rel=1e-5)
     torch.testing.assert_close(g_got, g_want, atol=1e-5, rtol=1e-4)
-    plain, _ = moquad_loss(z.float(), QUAD, tau=0.1, hard_beta=beta, hard_alpha=1.5)
+    plain, _ = moquad_loss(z.float(), roles(QUAD), tau=0.1, hard_beta=beta, hard_alpha=1.5)
     assert float(plain) != pytest.approx(float(got), rel=1e-4)  # the mask changes the value
     # a rank's slice against the gathered batch masks the same way
-    part, _ = moquad_loss(z[1:3].float(), QUAD, z_global=z.float(), offset=1, tau=0.1, hard_beta=beta, hard_alpha=1.5,
+    part, _ = moquad_loss(z[1:3].float(), roles(QUAD), z_global=z.float(), offset=1, tau=0.1, hard_beta=beta, hard_alpha=1.5,
                           video=video[1:3], video_global=video)
     want_part = ref_quad(z, QUAD, 0.1, beta, 1.5, [1, 2], DUP)[0]
     assert float(part) == pytest.approx(float(want_part), rel=1e-5)

@@ -98,12 +98,12 @@ def test_several_motion_ops_make_their_own_negatives():
 
 
 def test_losses_read_every_negative():
-    from moquad.train.losses import view_roles
+    from moquad.data.views import quadruple
+    from moquad.train.losses import role_views
 
-    names = ("anchor", "ad_pos", "intra_neg", "ad_intra_neg", "intra_neg:reverse", "ad_intra_neg:reverse")
-    assert view_roles(names) == (1, [2, 3, 4, 5])
-    with pytest.raises(ValueError, match="unknown view names"):
-        view_roles(("anchor", "ad_pos", "intra:reverse"))
+    plan = quadruple(LoaderConfig(motion_ops=("speed", "reverse")))
+    assert plan.names == ("anchor", "ad_pos", "intra_neg", "ad_intra_neg", "intra_neg:reverse", "ad_intra_neg:reverse")
+    assert role_views(plan.roles) == (1, [2, 3, 4, 5])
 
 
 def test_rad_residual_is_the_same_image_on_every_frame(coded):

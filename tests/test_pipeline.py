@@ -19,9 +19,11 @@ from moquad.data import store
 from moquad.data.augment import STD, apply_views, normalize, to_model
 from moquad.data.epoch_plan import EpochPlan
 from moquad.data.pipeline import make_loader
+from moquad.data.views import fixed_pair, quadruple, speed_pair
 from moquad.errors import MoquadError
 
 CFG = LoaderConfig(frames=4, size=16, dilations=(1, 2), workers=0)
+PLANS = {"quadruple": quadruple, "speed_pair": speed_pair, "fixed_pair": fixed_pair}  # the shipped view plans
 
 
 @pytest.fixture(scope="module")
@@ -73,19 +75,19 @@ def test_batch_larger_than_the_split_is_one_clear_error():
         ({"intra_neg": False, "ad_intra_neg": False}, ("anchor", "ad_pos")),
         ({"ad_pos": False, "intra_neg": False, "ad_intra_neg": False}, ("anchor", "pos")),
         ({"ad_pos": False}, ("anchor", "pos", "intra_neg", "ad_intra_neg")),
-        ({"mode": "pair"}, ("clip1", "clip2")),
-        ({"mode": "appearance"}, ("clip_n", "clip_m")),
+        ({"mode": "fixed_pair"}, ("clip1", "clip2")),
+        ({"mode": "speed_pair"}, ("clip_n", "clip_m")),
     ],
 )
 def test_batch_contract(data, changes, names):
     changes = dict(changes)
-    mode = changes.pop("mode", "moquad")
+    mode = changes.pop("mode", "quadruple")
     cfg = dataclasses.replace(CFG, **changes)
-    loader = make_loader(data, cfg, batch_size=3, mode=mode)
+    loader = make_loader(data, cfg, batch_size=3, views=PLANS[mode](cfg))
     batches = list(loader)
     assert len(loader) == len(batches) == 14 // 3
     b, v = batches[0], len(names)
-    assert b["view_names"] == names and b["bad"] == []
+    assert b["view_names"] == names and b["bad"] == [] and b["roles"] == PLANS[mode](cfg).roles
     assert b["views"].dtype == torch.uint8 and b["views"].shape == (3, v, 3, 4, 16, 16)
     assert b["index"].dtype == torch.int64 and [f"v{i:02d}" for i in b["index"].tolist()] == b["video_id"]
     assert b["label"].dtype == torch.int64 and b["label"].tolist() == [int(i[1:]) % 4 for i in b["video_id"]]
@@ -94,9 +96,9 @@ def test_batch_contract(data, changes, names):
     for info in b["info"]:
         n, m = info["dilations"]
         steps = [set(np.diff(np.asarray(i)).tolist()) for i in info["indices"]]
-        if mode == "pair":
+        if mode == "fixed_pair":
             assert steps == [{cfg.simclr_dilation}] * 2
-        elif mode == "appearance":
+        elif mode == "speed_pair":
             assert steps == [{n}, {m}] and n != m
         elif cfg.intra_neg:
             assert steps[:3] == [{n}, {n}, {m}] and n != m
@@ -119,9 +121,10 @@ def test_run_loader_keeps_its_workers_and_gives_the_same_batches(data):
     cfg = dataclasses.replace(CFG, workers=2)
     run = RunLoader(data, cfg, batch_size=2)
     pids = None
-    for epoch, mode, start, cap in [(0, "appearance", 0, None), (1, "moquad", 3, None), (2, "moquad", 1, 4)]:
-        got = list(make_loader(run, cfg, batch_size=2, epoch=epoch, mode=mode, start=start, num_batches=cap))
-        ref = list(make_loader(data, CFG, batch_size=2, epoch=epoch, mode=mode, start=start, num_batches=cap))
+    for epoch, mode, start, cap in [(0, "speed_pair", 0, None), (1, "quadruple", 3, None), (2, "quadruple", 1, 4)]:
+        plan = PLANS[mode](cfg)
+        got = list(make_loader(run, cfg, batch_size=2, epoch=epoch, views=plan, start=start, num_batches=cap))
+        ref = list(make_loader(data, CFG, batch_size=2, epoch=epoch, views=plan, start=start, num_batches=cap))
         assert [x["video_id"] for x in got] == [x["video_id"] for x in ref] and len(got) == (cap or 7) - start
         assert all(torch.equal(x["views"], y["views"]) and torch.equal(x["lam"], y["lam"]) for x, y in zip(got, ref))
         workers = [w.pid for w in run.loader._iterator._workers]
@@ -272,8 +275,8 @@ def _rank_main(rank: int, port: int, data: str, out: dict) -> None:
 def test_errors(data, tmp_path):
     with pytest.raises(FileNotFoundError, match="manifest"):
         make_loader(tmp_path, CFG, batch_size=2)
-    with pytest.raises(ValueError, match="unknown loader mode 'byol'"):
-        make_loader(data, CFG, batch_size=2, mode="byol")
+    with pytest.raises(ValueError, match="ViewPlan"):
+        make_loader(data, CFG, batch_size=2, views="byol")
     with pytest.raises(ValueError, match="appearance_op"):
         make_loader(data, dataclasses.replace(CFG, appearance_op="mixup"), batch_size=2)
     with pytest.raises(ValueError, match="rank"):
@@ -358,16 +361,16 @@ def textured(tmp_path_factory):
     return write_dataset(tmp_path_factory.mktemp("tex"), videos, videos_per_shard=2)
 
 
-@pytest.mark.parametrize("changes", [{}, {"appearance_op": "be"}, {"appearance_op": "rad_intra"}, {"mode": "pair"}])
+@pytest.mark.parametrize("changes", [{}, {"appearance_op": "be"}, {"appearance_op": "rad_intra"}, {"mode": "fixed_pair"}])
 def test_worker_and_device_paths_give_the_same_views(textured, changes):
     """One ViewParams, one apply_views: the worker path (uint8 out) and the device path (float) differ only
     by the final rounding (<= 0.5 levels of 255) plus float noise."""
     changes = dict(changes)
-    mode = changes.pop("mode", "moquad")
+    mode = changes.pop("mode", "quadruple")
     cfg = dataclasses.replace(CFG, size=32, color_jitter=0.8, grayscale=0.2, **changes)
-    cpu = next(iter(make_loader(textured, cfg, batch_size=3, mode=mode)))
+    cpu = next(iter(make_loader(textured, cfg, batch_size=3, views=PLANS[mode](cfg))))
     raw = next(iter(make_loader(textured, dataclasses.replace(cfg, augment_on_device=True), batch_size=3,
-                                mode=mode)))
+                                views=PLANS[mode](cfg))))
     assert "views" not in raw and raw["raw"].shape[2:] == (48, 56, 3)  # padded to the largest frame
     assert raw["video_id"] == cpu["video_id"] and torch.equal(raw["lam"], cpu["lam"])
     out = to_model(raw, "cpu", cfg.size)
@@ -375,7 +378,8 @@ def test_worker_and_device_paths_give_the_same_views(textured, changes):
     assert out.shape == (3, len(cpu["view_names"]), 3, 4, 32, 32)
     assert float(levels.max()) <= 0.51
     # decode_on_device: workers ship JPEG bytes; torchvision decodes them (nvJPEG on CUDA; libjpeg-turbo here)
-    jpeg = next(iter(make_loader(textured, dataclasses.replace(cfg, decode_on_device=True), batch_size=3, mode=mode)))
+    jpeg = next(iter(make_loader(textured, dataclasses.replace(cfg, decode_on_device=True), batch_size=3,
+                                 views=PLANS[mode](cfg))))
     assert "raw" not in jpeg and jpeg["jpeg"].dtype == torch.uint8 and int(jpeg["jpeg_count"].sum()) == \
         len(jpeg["jpeg_offsets"]) - 1
     assert torch.equal(to_model(jpeg, "cpu", cfg.size), out)

@@ -18,7 +18,7 @@ from moquad.data.augment import apply_views
 from moquad.data.donors import donor_pool, resize_cells
 from moquad.data.pipeline import _own_cells, make_loader
 from moquad.data.store import Split, decode_jpeg, reduced_hw
-from moquad.data.views import draw_views, reduce_views, reduced_box
+from moquad.data.views import draw_views, fixed_pair, reduce_views, reduced_box
 
 CLIPS = ("R6llTwEh07w.mp4", "SOX5yA1l24A.mp4", "WUzgd7C1pWA.mp4", "test.mp4")
 # a view's frames and boxes only (no colour, no appearance disturbance): the views are crop + resize + flip
@@ -53,7 +53,7 @@ def test_reduced_sizes_round_up_like_libjpeg(real_videos_dir):
 
 def test_the_largest_reduction_that_covers_the_output_shared_frames_take_the_smallest():
     cfg = dataclasses.replace(PLAIN, frames=4, rad_k=1)
-    p = draw_views(48, (512, 680), cfg, np.random.default_rng(0), mode="pair")
+    p = draw_views(48, (512, 680), cfg, np.random.default_rng(0), views=fixed_pair(cfg))
     p.frames, p.appearance_op, p.op_params = np.arange(15), "rad_intra", {"cells": np.full((4, 1), -1)}
     p.frame_index = np.array([[0, 1, 2, 3], [3, 4, 5, 6], [7, 8, 9, 10], [11, 12, 13, 14]])
     p.box = np.array([[1, 0, 224, 230], [0, 0, 150, 150], [10, 10, 460, 460], [0, 3, 300, 300]])
@@ -76,8 +76,8 @@ def test_scaled_clips_stay_close_to_full_decode_and_resize(real256):
     same, near, drawn = 0, [], []
     for epoch in range(2):
         full = list(make_loader(real256, dataclasses.replace(cfg, scaled_decode=False), batch_size=2, epoch=epoch,
-                                mode="pair"))
-        for fb, sb in zip(full, make_loader(real256, cfg, batch_size=2, epoch=epoch, mode="pair")):
+                                views=fixed_pair(cfg)))
+        for fb, sb in zip(full, make_loader(real256, cfg, batch_size=2, epoch=epoch, views=fixed_pair(cfg))):
             smallest = min(int(i["reduce"].min()) for i in sb["info"])  # raw: padded to the largest decoded frame
             assert sb["raw"].shape[2:4] == reduced_hw((256, 340), smallest) and fb["raw"].shape[2:4] == (256, 340)
             scaled, plain = apply_views(sb, cfg.size, quantize=True), apply_views(fb, cfg.size, quantize=True)

@@ -49,7 +49,16 @@ from moquad.data.donors import DonorPool, donor_picks, donor_pool, resize_cells
 from moquad.data.epoch_plan import EpochPlan, stream
 from moquad.data.ops import APPEARANCE_OPS
 from moquad.data.store import BadSample, Split, decode_frames, decode_jpeg, reduced_hw
-from moquad.data.views import ViewParams, cell_size, check_config, draw_views, needs_donors, reduce_views
+from moquad.data.views import (
+    ViewParams,
+    ViewPlan,
+    cell_size,
+    check_config,
+    draw_views,
+    needs_donors,
+    quadruple,
+    reduce_views,
+)
 from moquad.data.workers import ignore_preemption, track
 from moquad.errors import MoquadError
 from moquad.objstore import Location
@@ -147,8 +156,8 @@ class EpochBatches(Dataset):
     """Map-style dataset whose item ``j`` is rank ``rank``'s whole batch ``j`` of the epoch."""
 
     def __init__(self, split: Split, cfg: LoaderConfig, plan: EpochPlan, epoch: int, rank: int, *,
-                 mode: str, end: int | None = None, ring: BufferRing | None = None) -> None:
-        self.split, self.cfg, self.plan, self.epoch, self.rank, self.mode = split, cfg, plan, epoch, rank, mode
+                 views: ViewPlan, end: int | None = None, ring: BufferRing | None = None) -> None:
+        self.split, self.cfg, self.plan, self.epoch, self.rank, self.views = split, cfg, plan, epoch, rank, views
         self.ring = ring  # the worker's recycled shared buffers (BufferRing), or None: fresh ones
         self.end = plan.num_batches if end is None else end  # the loader's last batch + 1 (no reads past it)
         self.augment_on_device = cfg.augment_on_device or cfg.decode_on_device
@@ -192,7 +201,7 @@ class EpochBatches(Dataset):
         """Batch ``j``'s RAD donor frames (none when the views need none): enough videos for k*k distinct other
         videos in every mosaic (module donors), drawn from the batch's own stream."""
         cfg = self.cfg
-        if not needs_donors(cfg, self.mode):
+        if not needs_donors(cfg, self.views):
             return []
         count = max(cfg.donors_per_sample * self.plan.per_rank, cfg.rad_k ** 2 + 1)
         return donor_picks(self.split, count, stream("donors", cfg.seed, self.epoch, j, self.rank))
@@ -224,7 +233,7 @@ class EpochBatches(Dataset):
         pick = pool.picker(i, int(split.shard[i])) if pool is not None else None
         hw = (int(split.height[i]), int(split.width[i]))
         return i, payload, draw_views(int(split.num_frames[i]), hw, cfg, rng, pick, str(split.video_id[i]),
-                                      self.mode)
+                                      self.views)
 
     def _hw(self, i: int) -> tuple[int, int]:
         return int(self.split.height[i]), int(self.split.width[i])
@@ -295,7 +304,7 @@ class EpochBatches(Dataset):
         batch["pool"] = self._pool(drawn, batch.get("raw"), pool, reduce, op_params)
         batch.update({k: torch.from_numpy(v) for k, v in op_params.items()})
         batch["appearance_op"] = cfg.appearance_op
-        out = {"view_names": params[0].names, "video_id": [str(split.video_id[i]) for i in idx],
+        out = {"view_names": params[0].names, "roles": self.views.roles, "video_id": [str(split.video_id[i]) for i in idx],
                "index": torch.tensor(idx, dtype=torch.int64), "label": torch.from_numpy(split.label[idx]),
                "lam": batch["lam"], "bad": bad,
                "bytes": sum(len(d[1]) for d in drawn) + (pool.bytes_read if pool is not None else 0)}
@@ -383,7 +392,7 @@ class _Epoch:
     """What the sampler sends with every batch index of a run loader: the epoch the batch belongs to."""
 
     epoch: int
-    mode: str
+    views: ViewPlan
     cfg: LoaderConfig
     end: int  # the epoch's last batch + 1 (no reads past it)
 
@@ -401,7 +410,7 @@ class _RunBatches(Dataset):
         spec, j = key
         if self._current is None or self._current[0] != spec:
             plan = EpochPlan(len(self.split), self.per_rank, self.world, spec.cfg.seed, spec.epoch)
-            self._current = spec, EpochBatches(self.split, spec.cfg, plan, spec.epoch, self.rank, mode=spec.mode,
+            self._current = spec, EpochBatches(self.split, spec.cfg, plan, spec.epoch, self.rank, views=spec.views,
                                                end=spec.end, ring=self.ring)
         return self._current[1][j]
 
@@ -441,10 +450,10 @@ class RunLoader:
         """Stop the kept workers now (they also stop when the loader is freed, or at exit)."""
         _stop_workers(weakref.ref(self.loader))
 
-    def epoch(self, cfg: LoaderConfig, epoch: int, start: int, total: int, mode: str) -> DataLoader:
+    def epoch(self, cfg: LoaderConfig, epoch: int, start: int, total: int, views: ViewPlan) -> DataLoader:
         """The DataLoader, set to give batches ``start..total-1`` of ``epoch`` (loader settings ``cfg``)."""
         _check_start(start, total)
-        self.sampler.spec, self.sampler.start = _Epoch(epoch, mode, cfg, total), start
+        self.sampler.spec, self.sampler.start = _Epoch(epoch, views, cfg, total), start
         return self.loader
 
 
@@ -506,22 +515,24 @@ def make_loader(
     num_batches: int | None = None,
     pin_memory: bool = False,
     recycle: bool | None = None,
-    mode: str = "moquad",
+    views: ViewPlan | None = None,
 ) -> DataLoader:
     """DataLoader of rank ``rank``'s batches ``start, start+1, ...`` of epoch ``epoch`` (module docstring).
 
-    ``mode`` picks the views (``views.MODES``; the trainer sets it per epoch). ``recycle`` (default: on when
+    ``views``: the :class:`~moquad.data.views.ViewPlan` of every video (default :func:`~moquad.data.views.quadruple`
+    of ``cfg``; the trainer passes its method's plan of the epoch's stage). ``recycle`` (default: on when
     ``pin_memory`` really pins, i.e. with an accelerator): workers reuse their shared batch buffers
     (:class:`BufferRing`); only for a consumer that copies each batch out before asking for the next.
     Batches: ``views`` uint8 (B, V, 3, T, H, W) (or, with ``augment_on_device``, ``raw`` frames and the
-    view parameters for ``augment.to_model``; ``box`` in the pixels of the frames as decoded), ``view_names``, ``video_id``, ``index`` int64 (B,) (manifest
+    view parameters for ``augment.to_model``; ``box`` in the pixels of the frames as decoded), ``view_names``, ``roles`` (the plan's: what the loss reads), ``video_id``, ``index`` int64 (B,) (manifest
     row, the identity the losses mask by), ``label`` int64 (B,), ``lam`` float32 (B, V), ``bad`` (skipped
     samples), ``bytes`` (read for this batch), per-video ``info`` (dilations, frame indices,
     donor ids, ``reduce``: the reduction each decoded frame had, module docstring). ``num_batches`` caps the
     epoch below ``videos // (batch_size * world_size)``. ``data_dir`` may be a :class:`RunLoader` (the trainer's:
     built once per run, workers kept across epochs); the batches are the same.
     """
-    check_config(cfg, mode)
+    views = views or quadruple(cfg)
+    check_config(cfg, views)
     recycle = _recycle(pin_memory, recycle)
     if isinstance(data_dir, RunLoader):
         run = data_dir
@@ -531,11 +542,11 @@ def make_loader(
             raise ValueError(f"make_loader got (batch_size, rank, world_size, pin_memory, recycle) = {got}; its "
                              f"RunLoader was built with {built}")
         total = run.num_batches if num_batches is None else min(num_batches, run.num_batches)
-        return run.epoch(cfg, epoch, start, total, mode)
+        return run.epoch(cfg, epoch, start, total, views)
     data = _open(data_dir, cfg, split, rank, world_size)
     plan = EpochPlan(len(data), batch_size, world_size, cfg.seed, epoch)
     total = plan.num_batches if num_batches is None else min(num_batches, plan.num_batches)
     _check_start(start, total)
     ring = BufferRing() if recycle else None  # each worker forks its own
-    ds = EpochBatches(data, cfg, plan, epoch, rank, mode=mode, end=total, ring=ring)
+    ds = EpochBatches(data, cfg, plan, epoch, rank, views=views, end=total, ring=ring)
     return _data_loader(ds, range(start, total), min(cfg.workers, total - start), pin_memory, persistent=False)

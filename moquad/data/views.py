@@ -1,15 +1,20 @@
 """Draw everything random about one video's views ONCE: :class:`ViewParams` (then ``augment.apply_views``).
 
-Modes (:data:`MODES`: what the trainer asks for in each epoch; not a user setting), views in this order:
-  - ``moquad``: ``anchor`` (dilation n), ``ad_pos`` (another clip at n, then the appearance
-    disturbance; named ``pos`` and left plain when ``ad_pos=False``), then per motion op of
-    ``motion_ops`` (:data:`moquad.data.ops.MOTION_OPS`) an ``intra_neg`` (motion disturbed: dilation m
-    for ``speed``) and an ``ad_intra_neg`` (another motion-disturbed clip, then the appearance
-    disturbance); the second op's are ``intra_neg:OP`` / ``ad_intra_neg:OP``. ``intra_neg`` /
-    ``ad_intra_neg`` can be switched off (paper Table 4); with all three switches off this is the
-    SimCLR base of the ladder (anchor + plain positive).
-  - ``appearance`` (warm-up task, Eq. 3): ``clip_n, clip_m``: clips at dilations ``n != m``.
-  - ``pair`` (classic SimCLR): ``clip1, clip2``: two random clips at ``simclr_dilation``.
+Which views a video gets is a :class:`ViewPlan`: plain data (a tuple of :class:`View`, each with its ROLE for the
+loss: ``anchor``, ``positive``, ``intra_negative``; the speed it is played at; the motion op and whether the
+appearance op disturbs it). A pre-training method (:data:`moquad.train.methods.METHODS`) names the plan of each of
+its stages; the loader builds the views a plan names and hands the plan's roles (``batch["roles"]``) to the loss.
+The plans of the shipped methods, made here from the loader settings (this module never imports ``train/``):
+
+  - :func:`quadruple`: ``anchor`` (dilation n), the positive ``ad_pos`` (another clip at n, then the appearance
+    disturbance; a plain ``pos`` when ``ad_pos=False``), then per motion op of ``motion_ops``
+    (:data:`moquad.data.ops.MOTION_OPS`) an ``intra_neg`` (motion disturbed: dilation m for ``speed``) and an
+    ``ad_intra_neg`` (another motion-disturbed clip, then the appearance disturbance); the second op's are
+    ``intra_neg:OP`` / ``ad_intra_neg:OP``. ``intra_neg`` / ``ad_intra_neg`` can be switched off (paper Table 4);
+    with all three switches off this is the SimCLR base of the ladder (anchor + plain positive).
+  - :func:`speed_pair` (the appearance warm-up task, Eq. 3): ``clip_n, clip_m``: clips at dilations ``n != m``.
+  - :func:`fixed_pair` (classic SimCLR): ``clip1, clip2``: two random clips at ``simclr_dilation``.
+A view's ``name`` is a label for people and tests; nothing parses it.
 Every clip has its own random start and its own spatial augmentation (crop box, colour ops); flips follow
 ``LoaderConfig.flip`` (:data:`moquad.data.ops.FLIP_POLICIES`: per view, one per video, or none).
 Speeds and short videos follow :mod:`moquad.data.clip_frames`.
@@ -39,7 +44,75 @@ from moquad.data.store import REDUCTIONS, largest_reduction, reduced_hw
 COLOUR_OPS = ("none", "brightness", "contrast", "saturation", "hue", "gray")  # codes of ``colour_ops``
 MAX_COLOUR_OPS = 5  # jitter (4 ops in random order) + grayscale
 
-MODES = ("moquad", "appearance", "pair")  # the views of the quadruple, of the warm-up task, of classic SimCLR
+ROLES = ("anchor", "positive", "intra_negative")  # what a view is to the loss (a method's loss reads roles)
+SPEEDS = ("n", "m", "fixed")  # the anchor's dilation n, the other drawn dilation m, loader.simclr_dilation
+
+
+@dataclass(frozen=True)
+class View:
+    """One view of a plan: its role for the loss, its label, the speed it is played at (``n``, ``m``: drawn per
+    video by :func:`~moquad.data.clip_frames.draw_speeds`; ``fixed``: ``loader.simclr_dilation``), the motion op
+    that makes its frames (a row of :data:`~moquad.data.ops.MOTION_OPS`, which picks n or m itself; None: a plain
+    clip) and whether the appearance op (``loader.appearance_op``) disturbs it."""
+
+    role: str
+    name: str
+    speed: str = "n"
+    motion: str | None = None
+    disturbed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES or self.speed not in SPEEDS:
+            raise ValueError(f"view {self.name!r}: role must be one of {ROLES} and speed one of {SPEEDS}, got "
+                             f"{self.role!r}, {self.speed!r}")
+        if self.motion is not None and self.motion not in MOTION_OPS:
+            raise ValueError(f"view {self.name!r}: unknown motion op {self.motion!r}; one of {', '.join(MOTION_OPS)}")
+
+
+@dataclass(frozen=True)
+class ViewPlan:
+    """The views of every video of a batch, in order (plain data: it travels to the loader workers)."""
+
+    views: tuple[View, ...]
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return tuple(v.role for v in self.views)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(v.name for v in self.views)
+
+    @property
+    def draws_speeds(self) -> bool:
+        """True when a view plays at a drawn speed (then n, m are drawn per video, before the clips)."""
+        return any(v.speed != "fixed" or v.motion is not None for v in self.views)
+
+    def needs_two_speeds(self) -> bool:
+        """True when a view plays at m != n (a clip at ``m``, or a motion op that changes the speed)."""
+        return any(v.speed == "m" or (v.motion is not None and MOTION_OPS[v.motion].second_speed) for v in self.views)
+
+
+def quadruple(cfg: LoaderConfig) -> ViewPlan:
+    """MoQuad's quadruple under the ablation switches and motion ops of ``cfg`` (module docstring)."""
+    views = [View("anchor", "anchor"), View("positive", "ad_pos" if cfg.ad_pos else "pos", disturbed=cfg.ad_pos)]
+    for i, op in enumerate(cfg.motion_ops):
+        plain, disturbed = ("intra_neg", "ad_intra_neg") if i == 0 else (f"intra_neg:{op}", f"ad_intra_neg:{op}")
+        if cfg.intra_neg:
+            views.append(View("intra_negative", plain, motion=op))
+        if cfg.ad_intra_neg:
+            views.append(View("intra_negative", disturbed, motion=op, disturbed=True))
+    return ViewPlan(tuple(views))
+
+
+def speed_pair(cfg: LoaderConfig) -> ViewPlan:
+    """The appearance warm-up task's views (Eq. 3): a clip at n (anchor) and one at m (positive)."""
+    return ViewPlan((View("anchor", "clip_n"), View("positive", "clip_m", speed="m")))
+
+
+def fixed_pair(cfg: LoaderConfig) -> ViewPlan:
+    """Classic SimCLR's views: two clips at ``loader.simclr_dilation``."""
+    return ViewPlan((View("anchor", "clip1", speed="fixed"), View("positive", "clip2", speed="fixed")))
 
 # pick(count, rng) -> (donor pool indices, donor video ids) for RAD-inter, bound to one sample
 DonorPick = Callable[[int, np.random.Generator], tuple[np.ndarray, list[str]]]
@@ -113,18 +186,18 @@ def reduce_views(p: ViewParams, hw: tuple[int, int], size: int, cell: int = 0) -
     return per_frame, _reduced_boxes(p.box, per_view, hw)
 
 
-def check_config(cfg: LoaderConfig, mode: str = "moquad") -> None:
+def check_config(cfg: LoaderConfig, plan: ViewPlan | None = None) -> None:
     """Validate the loader settings that combine several fields or name rows of the ops tables (each field alone is
-    checked by moquad.config; a command checks the table choices when it resolves its config, a library caller here)."""
-    if mode not in MODES:
-        raise ValueError(f"unknown loader mode {mode!r}; one of {', '.join(MODES)}")
+    checked by moquad.config; a command checks the table choices when it resolves its config, a library caller here)
+    for the views of ``plan`` (default: :func:`quadruple`)."""
+    if plan is not None and not isinstance(plan, ViewPlan):
+        raise ValueError(f"views must be a moquad.data.views.ViewPlan, got {type(plan).__name__}")
     for name, table, chosen in (("appearance_op", APPEARANCE_OPS, (cfg.appearance_op,)),
                                 ("motion_ops", MOTION_OPS, tuple(cfg.motion_ops)), ("flip", FLIP_POLICIES, (cfg.flip,))):
         unknown = [c for c in chosen if c not in table]
         if unknown:
             raise ValueError(f"unknown loader.{name} {unknown[0]!r}; one of {', '.join(table)}")
-    negatives = mode == "moquad" and (cfg.intra_neg or cfg.ad_intra_neg)
-    if mode == "appearance" or (negatives and any(MOTION_OPS[o].second_speed for o in cfg.motion_ops)):
+    if (plan or quadruple(cfg)).needs_two_speeds():
         if len(set(cfg.dilations)) < 2:
             raise ValueError(f"dilations needs two different values for n != m, got {tuple(cfg.dilations)}")
     if not 1 <= cfg.rad_k <= cfg.size:
@@ -136,43 +209,36 @@ def cell_size(cfg: LoaderConfig) -> int:
     return math.ceil(cfg.size / cfg.rad_k)
 
 
-def needs_donors(cfg: LoaderConfig, mode: str = "moquad") -> bool:
+def needs_donors(cfg: LoaderConfig, plan: ViewPlan) -> bool:
     """True when views use frames of other videos (an appearance op whose source is ``donors``)."""
-    disturbed = cfg.ad_pos or cfg.ad_intra_neg
-    return mode == "moquad" and APPEARANCE_OPS[cfg.appearance_op].source == "donors" and disturbed
-
-
-def negative_names(i: int, op: str) -> tuple[str, str]:
-    """Names of the Intra-Neg and AD-Intra-Neg made by the ``i``-th motion op (losses read them)."""
-    return ("intra_neg", "ad_intra_neg") if i == 0 else (f"intra_neg:{op}", f"ad_intra_neg:{op}")
+    return APPEARANCE_OPS[cfg.appearance_op].source == "donors" and any(v.disturbed for v in plan.views)
 
 
 def plan_clips(num_frames: int, cfg: LoaderConfig, rng: np.random.Generator,
-               mode: str = "moquad") -> tuple[list, dict[str, Any]]:
-    """[(name, frame indices (T,), appearance-disturbed?)] of one video, and info (dilations, rule)."""
+               plan: ViewPlan) -> tuple[list, dict[str, Any]]:
+    """[(name, frame indices (T,), appearance-disturbed?)] of one video's views, and info (dilations, rule).
+
+    The draws, in this order: n, m (when a view plays at a drawn speed), then each view's frames."""
     t = cfg.frames
-    if mode == "pair":
-        d = cfg.simclr_dilation
-        return [("clip1", random_clip(num_frames, t, d, rng), False),
-                ("clip2", random_clip(num_frames, t, d, rng), False)], {"dilations": (d, d), "rule": "pair"}
-    n, m, rule = draw_speeds(num_frames, t, cfg.dilations, rng)
-    if mode == "appearance":
-        return [("clip_n", random_clip(num_frames, t, n, rng), False),
-                ("clip_m", random_clip(num_frames, t, m, rng), False)], {"dilations": (n, m), "rule": rule}
-    plan = [("anchor", random_clip(num_frames, t, n, rng), False),
-            ("ad_pos" if cfg.ad_pos else "pos", random_clip(num_frames, t, n, rng), cfg.ad_pos)]
-    for i, name in enumerate(cfg.motion_ops):
-        op = MOTION_OPS[name]
-        if op.second_speed and rule != "speed":  # a short video: its reverse (clip_frames.py)
-            op, d = MOTION_OPS["reverse"], n
+    if plan.draws_speeds:
+        n, m, rule = draw_speeds(num_frames, t, cfg.dilations, rng)
+        info = {"dilations": (n, m), "rule": rule}
+    else:
+        n = m = cfg.simclr_dilation
+        info = {"dilations": (n, m), "rule": "pair"}
+    out = []
+    for v in plan.views:
+        if v.motion is None:
+            idx = random_clip(num_frames, t, {"n": n, "m": m, "fixed": cfg.simclr_dilation}[v.speed], rng)
         else:
-            d = m if op.second_speed else n
-        plain, disturbed = negative_names(i, name)
-        if cfg.intra_neg:
-            plan.append((plain, op.frames(num_frames, t, d, rng), False))
-        if cfg.ad_intra_neg:
-            plan.append((disturbed, op.frames(num_frames, t, d, rng), True))
-    return plan, {"dilations": (n, m), "rule": rule}
+            op = MOTION_OPS[v.motion]
+            if op.second_speed and info["rule"] != "speed":  # a short video: its reverse (clip_frames.py)
+                op, d = MOTION_OPS["reverse"], n
+            else:
+                d = m if op.second_speed else n
+            idx = op.frames(num_frames, t, d, rng)
+        out.append((v.name, idx, v.disturbed))
+    return out, info
 
 
 def random_crop_box(height: int, width: int, scale: tuple[float, float], rng: np.random.Generator) -> tuple[int, ...]:
@@ -207,9 +273,10 @@ def draw_colour(cfg: LoaderConfig, rng: np.random.Generator) -> tuple[list[int],
 
 
 def draw_views(num_frames: int, hw: tuple[int, int], cfg: LoaderConfig, rng: np.random.Generator,
-               pick: DonorPick | None = None, video_id: str = "", mode: str = "moquad") -> ViewParams:
-    """All random parameters of one video's views (frames of ``hw`` = (height, width) pixels)."""
-    plan, info = plan_clips(num_frames, cfg, rng, mode)
+               pick: DonorPick | None = None, video_id: str = "", views: ViewPlan | None = None) -> ViewParams:
+    """All random parameters of one video's ``views`` (default :func:`quadruple`; frames of ``hw`` = (height,
+    width) pixels)."""
+    plan, info = plan_clips(num_frames, cfg, rng, views or quadruple(cfg))
     frames, inverse = np.unique(np.concatenate([idx for _, idx, _ in plan]), return_inverse=True)
     nv, t, kk = len(plan), cfg.frames, cfg.rad_k ** 2
     op = APPEARANCE_OPS[cfg.appearance_op]

@@ -1,7 +1,9 @@
 """Checkpoints: one dict written atomically (temp file + ``os.replace``), read with ``weights_only=True``.
 
 Layout (:func:`build`, the one place it is written): ``{"model", "step", "epoch", "config", "seeds",
-"moquad_version", "git"}``, plus ``"optimizer", "steps_per_epoch", "data_checksum"`` in a training run's;
+"moquad_version", "git"}``, plus ``"optimizer", "steps_per_epoch", "data_checksum"`` in a training run's and
+``"momentum"`` (:meth:`moquad.train.momentum.MomentumEncoder.state_dict`: EMA weights, queue, pointer) in a run of a
+method with a momentum encoder;
 ``step`` counts optimizer steps done, ``epoch`` the epoch the next step belongs to. Evaluation
 rebuilds the model from ``config`` via :func:`load_model`. A file that is not such a dict
 (garbage, truncated, empty, a plain state dict, a pickle ``weights_only`` refuses) raises a
@@ -36,7 +38,7 @@ RESUME_MAY_CHANGE = ("out", "data", "resume", "ckpt_every", "log_every", "device
                      "loader.max_bad_fraction", "loader.max_bad_count")
 # settings added after checkpoints were written: what a run that predates the setting did (resuming such a run
 # compares against this value, so `--set KEY=VALUE` with it continues the run exactly as it was)
-RESUME_ADDED = {"loader.scaled_decode": False}
+RESUME_ADDED = {"loader.scaled_decode": False, "momentum": 0.99, "queue_size": 4096}
 # how torch's zip writer reports a failed write (a full disk, a quota) instead of raising an OSError
 _TORCH_WRITE_FAILED = ("unexpected pos", "PytorchStreamWriter failed", "enforce fail at inline_container")
 
@@ -59,7 +61,7 @@ def git_revision() -> str | None:
 
 def build(cfg: PretrainConfig, model: torch.nn.Module, step: int, epoch: int, *,
           optimizer: torch.optim.Optimizer | None = None, steps_per_epoch: int | None = None,
-          data_checksum: str | None = None) -> dict[str, Any]:
+          data_checksum: str | None = None, momentum: dict[str, Any] | None = None) -> dict[str, Any]:
     """THE checkpoint dict of ``model`` (the plain, unwrapped model) trained under ``cfg``. A training run
     passes ``optimizer`` (then ``steps_per_epoch`` and ``data_checksum`` go in too: what :func:`resume`
     checks); without it, as for the untrained network, the file cannot be resumed."""
@@ -69,6 +71,8 @@ def build(cfg: PretrainConfig, model: torch.nn.Module, step: int, epoch: int, *,
     if optimizer is not None:
         ckpt.update(optimizer=optimizer.state_dict(), steps_per_epoch=steps_per_epoch,
                     data_checksum=data_checksum)
+    if momentum is not None:
+        ckpt["momentum"] = momentum
     return ckpt
 
 
@@ -159,8 +163,9 @@ def load_model(path: str | Path) -> tuple[VideoModel, dict[str, Any]]:
 
 
 def resume(cfg: PretrainConfig, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, spe: int,
-           checksum: str | None) -> int:
-    """Load ``path`` when resuming and return the step to continue from (0 for a new run)."""
+           checksum: str | None, momentum: Any = None) -> int:
+    """Load ``path`` when resuming (and its momentum encoder into ``momentum``) and return the step to continue
+    from (0 for a new run)."""
     if not path.is_file():
         return 0
     if not cfg.resume:
@@ -174,8 +179,13 @@ def resume(cfg: PretrainConfig, path: Path, model: torch.nn.Module, optimizer: t
     if checksum and ckpt.get("data_checksum") not in (None, checksum):
         raise ValueError(f"cannot resume {path}: the data in {cfg.data} is not the data it was trained on "
                          "(manifest checksum differs); use the original data or a new --out")
+    if momentum is not None and not isinstance(ckpt.get("momentum"), dict):
+        raise MoquadError(f"cannot resume {path}: method {cfg.method!r} has a momentum encoder and the checkpoint "
+                          "holds none; use a new --out")
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
+    if momentum is not None:
+        momentum.load_state_dict(ckpt["momentum"])
     return int(ckpt["step"])
 
 

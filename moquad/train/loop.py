@@ -42,31 +42,17 @@ from moquad.io import atomic_write_text, remove_stale_temps
 from moquad.models import build_model
 from moquad.train import checkpoint, preempt
 from moquad.train.log import RunLogger
-from moquad.train.losses import LOSSES
-from moquad.train.methods import METHODS
+from moquad.train.losses import Projections
+from moquad.train.methods import METHODS, Stage, resolve
+from moquad.train.momentum import MomentumEncoder, Online, gather_keys
+from moquad.train.momentum import build as build_momentum
 from moquad.train.optimizers import make_optimizer
 from moquad.train.schedule import lr_schedule, stage_per_epoch
 
 
-def forward_loss(
-    model: nn.Module,
-    views: torch.Tensor,
-    view_names: Sequence[str],
-    mode: str,
-    *,
-    video: torch.Tensor | None = None,
-    tau: float,
-    hard_beta: float,
-    hard_alpha: float,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Loss of one batch: ``views`` (B, V, 3, T, H, W) normalised float on the model's device.
-
-    All B*V clips go through the network in one forward (as SimCLR concatenates its views);
-    projections (and the videos' manifest indices ``video``, for same-video masking) of the whole
-    global batch are gathered under DDP.
-    """
-    if mode not in LOSSES:
-        raise ValueError(f"unknown training mode {mode!r}; choose one of {', '.join(LOSSES)}")
+def _project(model: nn.Module, views: torch.Tensor) -> torch.Tensor:
+    """Projections (B, V, D) fp32 of ``views`` (B, V, 3, T, H, W): all B*V clips in one forward (as SimCLR
+    concatenates its views)."""
     b, v = views.shape[:2]
     x = views.flatten(0, 1)
     if x.device.type == "cuda":  # measured on an H100: R3D-18 steps 1.5-1.6x faster channels-last (README)
@@ -74,11 +60,46 @@ def forward_loss(
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if x.device.type == "cuda" else nullcontext()
     with amp:
         z = model(x)
-    z = z.float().reshape(b, v, -1)
-    z_global = dist.gather(z) if dist.is_dist() else None
+    return z.float().reshape(b, v, -1)
+
+
+def forward_loss(
+    model: nn.Module,
+    views: torch.Tensor,
+    roles: Sequence[str],
+    loss: str | Callable,
+    *,
+    video: torch.Tensor | None = None,
+    tau: float,
+    hard_beta: float,
+    hard_alpha: float,
+    momentum: MomentumEncoder | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Loss of one batch: ``views`` (B, V, 3, T, H, W) normalised float on the model's device, their ``roles``,
+    the stage's ``loss`` (:class:`moquad.train.methods.Stage`).
+
+    Without a momentum encoder every view goes through ``model`` and the projections (and the videos' manifest
+    indices ``video``, for same-video masking) of the whole global batch are gathered under DDP. With one, the
+    anchors (view 0) go through ``model`` and the other views through ``momentum`` (keys, gathered under DDP);
+    the global batch's positive keys then enter its queue (:mod:`moquad.train.momentum`).
+    """
+    fn, b, roles = resolve(loss), views.shape[0], tuple(roles)
+    offset = dist.get_rank() * b
     video_global = dist.gather_ids(video) if video is not None and dist.is_dist() else None
-    return LOSSES[mode](z, view_names, hard_beta=hard_beta, hard_alpha=hard_alpha, z_global=z_global,
-                        offset=dist.get_rank() * b, tau=tau, video=video, video_global=video_global)
+    if momentum is None:
+        z = _project(model, views)
+        p = Projections(z, roles, dist.gather(z) if dist.is_dist() else None, offset, video, video_global)
+        return fn(p, tau=tau, hard_beta=hard_beta, hard_alpha=hard_alpha)
+    if roles[0] != "anchor" or "positive" not in roles[1:]:
+        raise ValueError(f"a momentum method needs the anchor first and a positive among the keys, got roles {roles}")
+    keys = _project(momentum.encode, views[:, 1:])
+    keys_global = gather_keys(keys)
+    queued = momentum.queue.shape[0] > 0
+    p = Projections(_project(model, views[:, :1]), roles[:1], None, offset, video, video_global, keys, roles[1:],
+                    keys_global, momentum.queue if queued else None, momentum.queue_video if queued else None)
+    out = fn(p, tau=tau, hard_beta=hard_beta, hard_alpha=hard_alpha)
+    momentum.enqueue(keys_global[:, roles[1:].index("positive")], video_global if video_global is not None else video)
+    return out
 
 
 @dataclass
@@ -91,13 +112,14 @@ class Trainer:
     core: nn.Module  # the plain model (what checkpoints hold)
     optimizer: torch.optim.Optimizer
     lrs: torch.Tensor
-    stages: list[str]
+    stages: list[Stage]  # each epoch's stage of the method
     spe: int
     start: int
     run: Path
     data_checksum: str | None
     logger: RunLogger | None
     bad_log: Path
+    momentum: MomentumEncoder | None = None  # the method's momentum slot
     data: Any = None  # what make_loader reads: the run's RunLoader (built once, workers kept across epochs)
     progress: Any = None
     task: Any = None
@@ -160,14 +182,18 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
     model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden, cfg.model_input).to(device)
     if device.type == "cuda":
         model = model.to(memory_format=torch.channels_last_3d)
-    optimizer = make_optimizer(model, cfg.optimizer, 0.0, cfg.weight_decay)
+    method = METHODS[cfg.method]
+    momentum = build_momentum(method.momentum, model, cfg) if method.momentum is not None else None
+    predictor = momentum.predictor if momentum is not None else None
+    optimizer = make_optimizer(model if predictor is None else Online(model, predictor), cfg.optimizer, 0.0,
+                               cfg.weight_decay)
     lrs = lr_schedule(cfg.lr, cfg.batch_size, cfg.epochs * spe, round(cfg.lr_warmup_epochs * spe))
-    stages = stage_per_epoch(cfg.epochs, cfg.warmup_ratio if METHODS[cfg.method].warmup else 0.0)
+    stages = [method.stage(s) for s in stage_per_epoch(cfg.epochs, cfg.warmup_ratio if method.warmup else 0.0)]
     # ------------------------------------------------------------ resume
     run = Path(cfg.out)
     if main:
         remove_stale_temps(run / "checkpoints")  # left by a crash or a full disk
-    start = checkpoint.resume(cfg, run / "checkpoints" / "last.pt", model, optimizer, spe, checksum)
+    start = checkpoint.resume(cfg, run / "checkpoints" / "last.pt", model, optimizer, spe, checksum, momentum)
     if main:
         report()
         if cfg.resume:
@@ -179,6 +205,10 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
         Console(stderr=True).print(f"pretrain: {why}")
     if sync_bn:
         model = core = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        if momentum is not None:
+            momentum.encoder = nn.SyncBatchNorm.convert_sync_batchnorm(momentum.encoder)
+    if predictor is not None:
+        model = Online(core, predictor)
     if dist.is_dist():
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     # ------------------------------------------------------------ logging
@@ -188,7 +218,7 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
         logger = RunLogger(run, start_step=start, tensorboard=tensorboard)
         _cut_bad_log(run / "bad_samples.jsonl", start)
     t = Trainer(cfg, info, model, core, optimizer, lrs, stages, spe, start, run, checksum, logger,
-                run / "bad_samples.jsonl", data)
+                run / "bad_samples.jsonl", momentum, data)
     t.progress, t.task = _progress(main and progress, t.total, start)
     return t
 
@@ -262,18 +292,20 @@ def save_checkpoint(t: Trainer, step: int, epoch: int) -> None:
     if t.info.rank != 0:
         return
     checkpoint.save(checkpoint.build(t.cfg, t.core, step, epoch, optimizer=t.optimizer, steps_per_epoch=t.spe,
-                                     data_checksum=t.data_checksum), t.ckpt_path)
+                                     data_checksum=t.data_checksum,
+                                     momentum=t.momentum.state_dict() if t.momentum is not None else None),
+                    t.ckpt_path)
 
 
 def train_one_epoch(t: Trainer, epoch: int) -> None:
     """One epoch from its first not-yet-trained step; logs, checks and checkpoints on the way."""
     cfg, device, world = t.cfg, t.info.device, t.info.world_size
-    mode, switches = METHODS[cfg.method].loader_mode(t.stages[epoch])
-    lcfg = dataclasses.replace(cfg.loader, **switches)
+    stage = t.stages[epoch]
+    lcfg = dataclasses.replace(cfg.loader, **stage.switches)
     first = max(0, t.start - epoch * t.spe)
     loader = make_loader(t.data, lcfg, split=cfg.split, batch_size=cfg.batch_size // world, epoch=epoch,
                          rank=t.info.rank, world_size=world, start=first, num_batches=t.spe,
-                         pin_memory=device.type == "cuda", recycle=True, mode=mode)
+                         pin_memory=device.type == "cuda", recycle=True, views=stage.views(lcfg))
     from moquad.data.augment import to_model
 
     w = _Window(device, _bad_before(t, epoch, first))  # a mid-epoch resume goes on counting the epoch's skips
@@ -290,15 +322,17 @@ def train_one_epoch(t: Trainer, epoch: int) -> None:
             group["lr"] = lr
         views = to_model(batch, device, lcfg.size)
         video = batch["index"].to(device, non_blocking=True) if "index" in batch else None
-        loss, stats = forward_loss(t.model, views, batch["view_names"], mode, video=video, tau=cfg.temperature,
-                                   hard_beta=cfg.hard_beta, hard_alpha=cfg.hard_alpha)
+        if t.momentum is not None:
+            t.momentum.update(t.core, step, t.total)
+        loss, stats = forward_loss(t.model, views, batch["roles"], stage.loss, video=video, tau=cfg.temperature,
+                                   hard_beta=cfg.hard_beta, hard_alpha=cfg.hard_alpha, momentum=t.momentum)
         t.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         t.optimizer.step()
         w.add(step, loss.detach(), stats, cfg.batch_size * views.shape[1])
         done, end, stop = step + 1, step == (epoch + 1) * t.spe - 1, False
         if done % cfg.log_every == 0 or end:
-            stop = _log_step(t, epoch, mode, done, lr, w)
+            stop = _log_step(t, epoch, stage, done, lr, w)
             w = _Window(device, w.bad)
         if stop or done % cfg.ckpt_every == 0 or end:
             _check_finite(t, w)
@@ -370,11 +404,11 @@ def _check_finite(t: Trainer, w: _Window) -> None:
                           f"last good checkpoint: {kept}")
 
 
-def _log_step(t: Trainer, epoch: int, mode: str, done: int, lr: float, w: _Window) -> bool:
+def _log_step(t: Trainer, epoch: int, stage: Stage, done: int, lr: float, w: _Window) -> bool:
     """Reduce the window over ranks, check it, log it (the only per-step host sync); True: all ranks stop here
     (some rank got a preemption signal)."""
     _check_finite(t, w)
-    cfg, world = t.cfg, t.info.world_size
+    world = t.info.world_size
     extra = torch.tensor([float(w.bad), float(preempt.requested())], dtype=torch.float64, device=w.sums.device)
     sums = dist.all_reduce(torch.cat([w.sums, extra])).tolist()  # one reduce: window sums, bad samples, stop flags
     stop = sums[5] > 0
@@ -382,13 +416,12 @@ def _log_step(t: Trainer, epoch: int, mode: str, done: int, lr: float, w: _Windo
     if t.logger is None:
         return stop
     n, dt = max(sums[3] / world, 1.0), max(time.perf_counter() - w.start, 1e-9)
-    rec = {"epoch": epoch, "mode": mode, "loss": sums[0] / sums[3], "lr": lr, "clips_per_s": w.clips / dt,
+    rec = {"epoch": epoch, "mode": stage.name, "loss": sums[0] / sums[3], "lr": lr, "clips_per_s": w.clips / dt,
            "data_wait": min(1.0, w.wait / dt), "rank_ad_pos": sums[1] / sums[3],
            "rank_intra_neg": sums[2] / sums[3] if math.isfinite(sums[2]) else float("nan"),
            "bad_samples": int(sums[4]), "steps": int(n), "time": time.time()}
     t.logger.log(done, rec)
-    label = METHODS[cfg.method].loss_label(t.stages[epoch])  # what the loss is, for the user
-    t.progress.update(t.task, completed=done, info=f"{label} loss {rec['loss']:.4f} lr {lr:.3g}")
+    t.progress.update(t.task, completed=done, info=f"{stage.label} loss {rec['loss']:.4f} lr {lr:.3g}")
     return stop
 
 

@@ -4,10 +4,15 @@
   ``hard_beta > 0``.
 - :func:`appearance_loss`: Eq. 3 (warm-up task: clip at dilation n vs clip at dilation m).
 - :func:`nt_xent_loss`: SimCLR's NT-Xent for the baseline.
+- :func:`momentum_loss`: InfoNCE of online queries against momentum keys, the other videos' keys of the global
+  batch and a queue of earlier keys (MoCo v2/v3), with the quadruple's intra negatives and Eq. 4 mining when
+  given (method ``moco_moquad``).
 
-:data:`LOSSES` maps each loader mode to its loss (the trainer's one call).
+A method's stage names its loss (:data:`moquad.train.methods.METHODS`): one of the step losses at the end of this
+module, each ``loss(p: Projections, *, tau, hard_beta, hard_alpha) -> (loss, Fig. 4 ranks)``. Views reach a loss
+with their ROLES (``anchor``, ``positive``, ``intra_negative``: :data:`moquad.data.views.ROLES`), never names.
 
-Conventions shared by all three:
+Conventions shared by all:
 
 - Inputs are this rank's projections ``z_local`` (B, V, D) (unnormalised; computed in fp32) and
   optionally the GLOBAL batch ``z_global`` (G, V, D) gathered with gradients
@@ -34,13 +39,13 @@ Conventions shared by all three:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-POS_NAMES = ("ad_pos", "pos")  # the names moquad.data.views gives the positive view
-INTRA_NAMES = ("intra_neg", "ad_intra_neg")
+QUAD_ROLES = ("anchor", "positive", "intra_negative", "intra_negative")  # MoQuad's A, AD-Pos, N, N-bar
 
 
 def hard_k(num_inter: int, beta: float) -> int:
@@ -101,7 +106,14 @@ def _quad(
     s_all = (a @ zg.reshape(g * v, d).T).reshape(b, g, v)
     s_inter = s_all.masked_fill(own[:, :, None], float("-inf")).reshape(b, g * v)
 
-    k = hard_k((g - 1) * v, hard_beta)
+    return _contrast(s_pos, s_intra, s_inter, hard_k((g - 1) * v, hard_beta), tau, hard_alpha)
+
+
+def _contrast(s_pos: torch.Tensor, s_intra: torch.Tensor, s_inter: torch.Tensor, k: int, tau: float,
+              hard_alpha: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """THE InfoNCE of every loss here: cosine similarities of each anchor to its positive (B,), intra negatives
+    (B, I) and inter negatives (B, N; -inf = masked); Eq. 4 weights alpha on the ``k`` most similar inter negatives
+    and on every intra negative when ``k > 0``. Returns the mean loss and the Fig. 4 ranks."""
     log_w_inter = torch.zeros_like(s_inter)
     log_w_intra = 0.0
     if k > 0:
@@ -117,28 +129,28 @@ def _quad(
     with torch.no_grad():
         cands = torch.cat([s_pos[:, None], s_intra, s_inter], dim=1)
         stats = {"rank_pos": _ranks(s_pos[:, None], cands).mean()}
-        stats["rank_intra_neg"] = _ranks(s_intra, cands).mean() if intra_idx else torch.tensor(float("nan"))
+        stats["rank_intra_neg"] = _ranks(s_intra, cands).mean() if s_intra.shape[1] else torch.tensor(float("nan"))
     return loss, stats
 
 
-def view_roles(view_names: Sequence[str]) -> tuple[int, list[int]]:
-    """(positive view index, intra-negative view indices) from the loader's ``view_names``."""
-    names = list(view_names)
-    if not names or names[0] != "anchor":
-        raise ValueError(f"the first view must be 'anchor', got view_names={names}")
-    pos = [i for i, n in enumerate(names) if n in POS_NAMES]
+def role_views(roles: Sequence[str], first: str = "anchor") -> tuple[int, list[int]]:
+    """(positive view index, intra-negative view indices) of views with ``roles``; view 0 must be ``first``."""
+    roles = list(roles)
+    if not roles or roles[0] != first:
+        raise ValueError(f"the first view must be the {first!r}, got roles={roles}")
+    pos = [i for i, r in enumerate(roles) if r == "positive"]
     if len(pos) != 1:
-        raise ValueError(f"need exactly one positive view ({'/'.join(POS_NAMES)}) in {names}")
-    intra = [i for i, n in enumerate(names) if n.split(":")[0] in INTRA_NAMES]  # "intra_neg:OP": more motion ops
-    unknown = [n for i, n in enumerate(names) if i > 0 and i not in intra and n not in POS_NAMES]
+        raise ValueError(f"need exactly one 'positive' view in roles={roles}")
+    intra = [i for i, r in enumerate(roles) if r == "intra_negative"]
+    unknown = [r for i, r in enumerate(roles) if i > 0 and i not in intra and i != pos[0]]
     if unknown:
-        raise ValueError(f"unknown view names {unknown} in {names}")
+        raise ValueError(f"unknown roles {unknown} in {roles}")
     return pos[0], intra
 
 
 def moquad_loss(
     z_local: torch.Tensor,
-    view_names: Sequence[str] = ("anchor", "ad_pos", "intra_neg", "ad_intra_neg"),
+    roles: Sequence[str] = QUAD_ROLES,
     *,
     z_global: torch.Tensor | None = None,
     offset: int = 0,
@@ -148,13 +160,13 @@ def moquad_loss(
     video: torch.Tensor | None = None,
     video_global: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Eq. 1 (``hard_beta=0``) / Eq. 4 on quadruples ``z_local`` (B, V, D) in ``view_names`` order.
+    """Eq. 1 (``hard_beta=0``) / Eq. 4 on quadruples ``z_local`` (B, V, D) whose views have ``roles``.
 
-    Ablations that drop views simply pass fewer views (e.g. ``("anchor", "ad_pos")``: the SimCLR base).
+    Ablations that drop views simply pass fewer views (e.g. ``("anchor", "positive")``: the SimCLR base).
     """
-    if z_local.dim() != 3 or z_local.shape[1] != len(view_names):
-        raise ValueError(f"z_local must be (B, {len(view_names)}, D), got {tuple(z_local.shape)}")
-    pos, intra = view_roles(view_names)
+    if z_local.dim() != 3 or z_local.shape[1] != len(roles):
+        raise ValueError(f"z_local must be (B, {len(roles)}, D), got {tuple(z_local.shape)}")
+    pos, intra = role_views(roles)
     zl, zg = _prep(z_local, z_global, offset)
     own = same_video(zl.shape[0], zg.shape[0], offset, video, video_global, zl.device)
     return _quad(zl, zg, offset, pos, intra, tau, hard_beta, hard_alpha, own)
@@ -202,12 +214,88 @@ def nt_xent_loss(
     return loss, {"rank_pos": rank.mean(), "rank_intra_neg": torch.tensor(float("nan"))}
 
 
-# the loss of each loader mode (moquad.data.views.MODES), one call for all: (z_local, view_names, hard_beta=,
-# hard_alpha=, z_global=, offset=, tau=, video=, video_global=) -> (loss, Fig. 4 ranks); the quadruple (Eq. 1 / 4),
-# the appearance warm-up (Eq. 3: two views, no mining) and classic SimCLR's pair (NT-Xent)
-LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]] = {
-    "moquad": lambda z, view_names, hard_beta, hard_alpha, **kw: moquad_loss(
-        z, view_names, hard_beta=hard_beta, hard_alpha=hard_alpha, **kw),
-    "appearance": lambda z, view_names, hard_beta, hard_alpha, **kw: appearance_loss(z, **kw),
-    "pair": lambda z, view_names, hard_beta, hard_alpha, **kw: nt_xent_loss(z, **kw),
-}
+def momentum_loss(
+    q: torch.Tensor, keys: torch.Tensor, key_roles: Sequence[str], *, keys_global: torch.Tensor | None = None,
+    offset: int = 0, queue: torch.Tensor | None = None, queue_video: torch.Tensor | None = None, tau: float,
+    hard_beta: float = 0.0, hard_alpha: float = 1.0, video: torch.Tensor | None = None,
+    video_global: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """MoCo's InfoNCE with MoQuad's negatives: online queries ``q`` (B, D) (the anchors, with grad) against the
+    momentum encoder's keys ``keys`` (B, W, D) of the same videos' other views (``key_roles``: one ``positive``,
+    any ``intra_negative``), the keys of every OTHER video of the global batch (``keys_global`` (G, W, D), all W
+    views) and the ``queue`` (K, D) of earlier keys, whose ``queue_video`` (K,) holds each key's video (-1: an
+    empty slot; both are masked, as is the anchor's own video). Eq. 4 (``hard_beta > 0``) mines the top
+    ``hard_beta`` share of the batch's and queue's negatives together and weights the intra negatives alpha."""
+    if q.dim() != 2 or keys.dim() != 3 or keys.shape[:1] != q.shape[:1] or keys.shape[1] != len(key_roles):
+        raise ValueError(f"need queries (B, D) and keys (B, {len(key_roles)}, D), got {tuple(q.shape)}, "
+                         f"{tuple(keys.shape)}")
+    pos, intra = role_views(("anchor", *key_roles))
+    qn = F.normalize(q.float(), dim=-1)
+    kl, kg = _prep(keys, keys_global, offset)
+    b, g, w = qn.shape[0], kg.shape[0], kg.shape[1]
+    s_pos = (qn * kl[:, pos - 1]).sum(-1)
+    s_intra = torch.einsum("bd,bkd->bk", qn, kl[:, [i - 1 for i in intra]]) if intra else qn.new_zeros(b, 0)
+    own = same_video(b, g, offset, video, video_global, qn.device)
+    s_batch = (qn @ kg.reshape(g * w, -1).T).reshape(b, g, w).masked_fill(own[:, :, None], float("-inf"))
+    parts, count = [s_batch.reshape(b, g * w)], (g - 1) * w
+    if queue is not None and queue.shape[0]:
+        qv = queue_video if queue_video is not None else torch.zeros(queue.shape[0], dtype=torch.int64)
+        mine = video if video is not None else torch.full((b,), -2, dtype=torch.int64)
+        masked = (qv.to(qn.device)[None, :] < 0) | (qv.to(qn.device)[None, :] == mine.to(qn.device)[:, None])
+        parts.append((qn @ F.normalize(queue.float(), dim=-1).T).masked_fill(masked, float("-inf")))
+        count += queue.shape[0]
+    return _contrast(s_pos, s_intra, torch.cat(parts, dim=1), hard_k(count, hard_beta), tau, hard_alpha)
+
+
+@dataclass
+class Projections:
+    """What a method's loss sees of one step (:func:`moquad.train.loop.forward_loss` fills it).
+
+    ``z`` (B, V, D): the online network's projections of the views it saw, ``roles`` theirs; under DDP
+    ``z_global`` (G, V, D) gathered with gradients, ``offset`` this rank's first global row; ``video`` /
+    ``video_global`` the manifest indices (same-video masking). A method with a momentum encoder
+    (:mod:`moquad.train.momentum`) also gets ``keys`` (B, W, D) of the views with ``key_roles`` (no gradient),
+    ``keys_global`` and the ``queue`` / ``queue_video`` of earlier keys (None: no queue)."""
+
+    z: torch.Tensor
+    roles: tuple[str, ...]
+    z_global: torch.Tensor | None = None
+    offset: int = 0
+    video: torch.Tensor | None = None
+    video_global: torch.Tensor | None = None
+    keys: torch.Tensor | None = None
+    key_roles: tuple[str, ...] = ()
+    keys_global: torch.Tensor | None = None
+    queue: torch.Tensor | None = None
+    queue_video: torch.Tensor | None = None
+
+    def masks(self) -> dict:
+        return {"z_global": self.z_global, "offset": self.offset, "video": self.video, "video_global": self.video_global}
+
+
+# the step losses a method's stage names: (Projections, tau=, hard_beta=, hard_alpha=) -> (loss, Fig. 4 ranks)
+def quadruple(p: Projections, *, tau: float, hard_beta: float, hard_alpha: float):
+    """Eq. 1 / Eq. 4 over the views' roles (MoQuad, and the SimCLR base of the ladder)."""
+    return moquad_loss(p.z, p.roles, tau=tau, hard_beta=hard_beta, hard_alpha=hard_alpha, **p.masks())
+
+
+def speed_pair(p: Projections, *, tau: float, hard_beta: float, hard_alpha: float):
+    """Eq. 3, the appearance warm-up task (no mining)."""
+    return appearance_loss(p.z, tau=tau, **p.masks())
+
+
+def nt_xent(p: Projections, *, tau: float, hard_beta: float, hard_alpha: float):
+    """Classic SimCLR's symmetric NT-Xent."""
+    return nt_xent_loss(p.z, tau=tau, **p.masks())
+
+
+def momentum_contrast(p: Projections, *, tau: float, hard_beta: float, hard_alpha: float):
+    """:func:`momentum_loss` of the anchors (view 0 of ``z``) against the keys, batch and queue, Eq. 4 mining."""
+    return momentum_loss(p.z[:, 0], p.keys, p.key_roles, keys_global=p.keys_global, offset=p.offset, queue=p.queue,
+                         queue_video=p.queue_video, tau=tau, hard_beta=hard_beta, hard_alpha=hard_alpha,
+                         video=p.video, video_global=p.video_global)
+
+
+def momentum_plain(p: Projections, *, tau: float, hard_beta: float, hard_alpha: float):
+    """:func:`momentum_loss` without mining (Eq. 1 weights): the MoCo base, and the warm-up task on it."""
+    return momentum_contrast(p, tau=tau, hard_beta=0.0, hard_alpha=1.0)

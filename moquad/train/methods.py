@@ -1,44 +1,101 @@
-"""Pre-training methods (``cfg.method``): ONE table, each row a rung of the paper's Table 4 ladder or the classic
-baseline. Imports no torch (``moquad.settings`` reads the table's names to check the setting).
+"""Pre-training methods (``cfg.method``): ONE table, :data:`METHODS`; a row is everything a method is.
 
-  - ``moquad``: epochs ``e < warmup_ratio * epochs`` train the appearance task (Eq. 3, loader mode
-    ``appearance``), the rest MoQuad's quadruple (Eq. 1 / Eq. 4, mode ``moquad``, the ablation switches
+A :class:`Method` is its stages (Algorithm 1: a method with two stages trains the first, the appearance warm-up of
+Eq. 3, for epochs ``e < warmup_ratio * epochs``, the second after), each stage a view plan (a function of the
+loader settings giving a :class:`moquad.data.views.ViewPlan`: each view's role and the ops that make it) and a
+loss over those roles (:mod:`moquad.train.losses`), and an optional momentum encoder (:mod:`moquad.train.momentum`).
+Adding a method is one row here, its new code in one new module (``tests/test_methods_extension.py`` adds a
+BYOL-style method that way).
+
+  - ``moquad``: the appearance warm-up, then MoQuad's quadruple (Eq. 1 / Eq. 4, the ablation switches
     ``loader.ad_pos / intra_neg / ad_intra_neg`` as configured);
-  - ``simclr``: the SimCLR BASE of the ladder: exactly ``moquad`` with the three switches off (anchor +
-    plain positive at the same random speed, the same one-directional loss, warm-up and mining), so each
-    rung of the ladder changes one thing;
-  - ``simclr_classic``: SimCLR as published: two clips at ``loader.simclr_dilation``, symmetric NT-Xent, no
-    appearance warm-up.
+  - ``simclr``: the SimCLR BASE of the ladder: exactly ``moquad`` with the three switches off (anchor + plain
+    positive at the same random speed, the same one-directional loss, warm-up and mining), so each rung of the
+    ladder changes one thing;
+  - ``simclr_classic``: SimCLR as published: two clips at ``loader.simclr_dilation``, symmetric NT-Xent, no warm-up;
+  - ``moco``: the MoCo v2/v3-style base: anchor (online) vs its plain positive through the momentum encoder,
+    InfoNCE over the other videos' keys of the global batch and the queue, no warm-up, no mining;
+  - ``moco_moquad``: MoQuad on that base: the warm-up (Eq. 3 on the momentum base), then the AD-Pos as the key,
+    the Intra-Neg and AD-Intra-Neg keys in the denominator, Eq. 4 mining over batch and queue
+    (design choices: :mod:`moquad.train.momentum`).
+Imports no torch (``moquad.settings`` reads the table's names to check the setting).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+from moquad.data import views
 
 NO_QUADRUPLE = {"ad_pos": False, "intra_neg": False, "ad_intra_neg": False}
 
 
 @dataclass(frozen=True)
-class Method:
-    """What a method changes: its loader mode after the warm-up, the switches it forces there, whether it has the
-    appearance warm-up, and what its loss is called in the progress bar."""
+class Stage:
+    """One stage of a method: ``name`` (the log's ``mode``), its views (``views(loader_cfg) -> ViewPlan``, under
+    the loader switches ``switches`` it forces), its loss (``moquad.train.losses``, named by its function name: the
+    table imports no torch) and what the progress bar calls that loss."""
 
-    mode: str
+    name: str
+    views: Callable[[Any], views.ViewPlan]
+    loss: str | Callable  # "module:function" (the shipped rows: this table imports no torch) or the function
+    label: str
     switches: dict[str, bool] = field(default_factory=dict)
-    warmup: bool = True
-    label: str = "moquad"
 
-    def loader_mode(self, stage: str) -> tuple[str, dict[str, bool]]:
-        """(loader mode, forced switches) of an epoch in ``stage`` (``appearance`` or ``moquad``)."""
-        return ("appearance", {}) if stage == "appearance" else (self.mode, self.switches)
 
-    def loss_label(self, stage: str) -> str:
-        """What the loss of an epoch in ``stage`` is called in the progress bar."""
-        return "appearance" if stage == "appearance" else self.label
+@dataclass(frozen=True)
+class Momentum:
+    """A momentum (EMA) encoder slot: non-anchor views go through an EMA copy of the encoder and projection; the
+    keys of each global batch enter a queue of negatives (``queue=False``: none, e.g. BYOL); ``predictor``: an MLP
+    on the online projections (BYOL, MoCo v3). Sizes and the EMA schedule come from the config."""
 
+    queue: bool = True
+    predictor: bool = False
+
+
+@dataclass(frozen=True)
+class Method:
+    """A pre-training method: one or two stages (two: the first is the warm-up) and an optional momentum slot."""
+
+    stages: tuple[Stage, ...]
+    momentum: Momentum | None = None
+
+    def stage(self, kind: str) -> Stage:
+        """The stage of an epoch whose Algorithm 1 task (``moquad.train.schedule.stage``) is ``kind``."""
+        return self.stages[0] if kind == "appearance" and len(self.stages) > 1 else self.stages[-1]
+
+    @property
+    def warmup(self) -> bool:
+        return len(self.stages) > 1
+
+
+def _loss(module: str, name: str) -> str:
+    return f"{module}:{name}"
+
+
+WARMUP = Stage("appearance", views.speed_pair, _loss("moquad.train.losses", "speed_pair"), "appearance")
+QUADRUPLE = Stage("moquad", views.quadruple, _loss("moquad.train.losses", "quadruple"), "moquad")
+MOCO_WARMUP = Stage("appearance", views.speed_pair, _loss("moquad.train.losses", "momentum_plain"), "appearance")
 
 METHODS: dict[str, Method] = {
-    "moquad": Method("moquad"),
-    "simclr": Method("moquad", NO_QUADRUPLE, label="simclr"),
-    "simclr_classic": Method("pair", warmup=False, label="simclr"),
+    "moquad": Method((WARMUP, QUADRUPLE)),
+    "simclr": Method((WARMUP, Stage("moquad", views.quadruple, QUADRUPLE.loss, "simclr", NO_QUADRUPLE))),
+    "simclr_classic": Method((Stage("pair", views.fixed_pair, _loss("moquad.train.losses", "nt_xent"), "simclr"),)),
+    "moco": Method((Stage("moco", views.quadruple, _loss("moquad.train.losses", "momentum_plain"), "moco",
+                          NO_QUADRUPLE),), Momentum()),
+    "moco_moquad": Method((MOCO_WARMUP, Stage("moquad", views.quadruple,
+                                              _loss("moquad.train.losses", "momentum_contrast"), "moco_moquad")),
+                          Momentum()),
 }
+
+
+def resolve(loss: str | Callable) -> Callable:
+    """The loss function a stage names (``module:name``, imported now) or holds."""
+    import importlib
+
+    if callable(loss):
+        return loss
+    module, _, name = loss.partition(":")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,124 @@
+"""The momentum-encoder slot of a method (:class:`moquad.train.methods.Momentum`): an EMA copy of the encoder and
+projection head, its EMA schedule, an optional predictor on the online side, and a queue of negative keys.
+
+Design choices (the paper fixes none of them; MoQuad is defined on SimCLR):
+
+- Which views go where: the ANCHOR goes through the online network (the query, with gradients); every other view
+  (the positive, the Intra-Neg and AD-Intra-Neg) through the momentum encoder, without gradients, as MoCo encodes
+  its keys. So ``moco_moquad``'s key is the AD-Pos and its intra negatives are momentum keys too: all negatives of
+  the denominator (batch, queue, intra) then come from one encoder, which keeps their similarities comparable.
+- What enters the queue: only each video's POSITIVE key (one per video, as in MoCo); the intra negatives never do
+  (they are motion-disturbed copies of a video; in the queue they would only be more inter negatives, and stale).
+  The queue stores each key's video index, so a later step never uses a key of the anchor's own video as a
+  negative, and empty slots (the first steps) are masked instead of filled with noise.
+- EMA schedule: ``m(step) = 1 - (1 - m0) * (cos(pi * step / total) + 1) / 2`` (BYOL, MoCo v3): m0 at the start,
+  1 at the end; ``m0 = cfg.momentum`` (0.99, MoCo v3's). The EMA covers parameters; BatchNorm running statistics
+  are the momentum encoder's own (it runs in train mode, as MoCo's key encoder does). The update runs before the
+  keys are encoded, at every step (MoCo v2 / v3 order).
+- Queue size: ``cfg.queue_size`` (4096 by default: MoCo's 65536 is for a million images; a small dataset wants a
+  queue below its size, e.g. 256 in the CPU evidence). Temperature: the run's ``temperature`` (0.1, the paper's;
+  MoCo v2 uses 0.2).
+- DDP: keys are gathered from every rank (all_gather, rank order = the global batch's order) before they enter the
+  queue, so the queue holds the GLOBAL batch's keys and does not depend on the number of ranks: an elastic resume
+  on another number of ranks continues with the same queue (the global batch may not change, as for every run).
+  BatchNorm: SyncBN, as MoCo v3 (not MoCo v1/v2's shuffle-BN): the momentum encoder is a copy of the online model
+  after its SyncBN conversion (``cfg.sync_bn``, on by default on GPUs under torchrun), so keys see global-batch
+  statistics and no rank can tell its own clips apart; shuffle-BN would need a permutation that depends on the
+  number of ranks, which an elastic resume cannot keep. On CPU (gloo) each rank keeps its own BN, as the online
+  model does.
+- Checkpoint: :meth:`MomentumEncoder.state_dict` (EMA weights, queue, its videos and pointer, predictor) is
+  saved beside the model, so a resume, mid-epoch too, continues bit for bit.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+
+from moquad import dist
+from moquad.models.heads import ProjectionHead
+
+
+class Online(nn.Module):
+    """The online network with a predictor on its projections (what the optimizer trains when a method has one)."""
+
+    def __init__(self, model: nn.Module, predictor: nn.Module) -> None:
+        super().__init__()
+        self.model, self.predictor = model, predictor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.predictor(self.model(x))
+
+
+class MomentumEncoder:
+    """EMA copy of ``model`` (encoder + projection), the EMA schedule and the queue (``queue_size`` 0: none)."""
+
+    def __init__(self, model: nn.Module, m0: float, queue_size: int, dim: int, predictor: nn.Module | None = None):
+        self.encoder = copy.deepcopy(model).requires_grad_(False)
+        self.m0, self.predictor = m0, predictor
+        device = next(model.parameters()).device
+        self.queue = torch.zeros(queue_size, dim, device=device)
+        self.queue_video = torch.full((queue_size,), -1, dtype=torch.int64, device=device)
+        self.ptr = 0
+
+    def momentum(self, step: int, total: int) -> float:
+        """EMA coefficient at ``step`` of ``total``: cosine from m0 to 1."""
+        return 1.0 - (1.0 - self.m0) * (math.cos(math.pi * step / max(total, 1)) + 1.0) / 2.0
+
+    @torch.no_grad()
+    def update(self, model: nn.Module, step: int, total: int) -> None:
+        """EMA step of the parameters toward ``model``'s (the plain online model, same structure)."""
+        m = self.momentum(step, total)
+        for pe, po in zip(self.encoder.parameters(), model.parameters()):
+            pe.mul_(m).add_(po.detach(), alpha=1.0 - m)
+
+    @torch.no_grad()
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return self.encoder(x).float()
+
+    @torch.no_grad()
+    def enqueue(self, keys: torch.Tensor, video: torch.Tensor | None) -> None:
+        """Write the global batch's keys (G, D) (and their videos) at the pointer, wrapping around."""
+        k = self.queue.shape[0]
+        if k == 0:
+            return
+        keys = keys.detach().float()[-k:]
+        video = torch.full((len(keys),), -2, dtype=torch.int64) if video is None else video[-k:]
+        rows = (self.ptr + torch.arange(len(keys))) % k
+        self.queue[rows.to(self.queue.device)] = keys.to(self.queue.device)
+        self.queue_video[rows.to(self.queue.device)] = video.to(self.queue.device)
+        self.ptr = int((self.ptr + len(keys)) % k)
+
+    def state_dict(self) -> dict:
+        out = {"encoder": self.encoder.state_dict(), "queue": self.queue.cpu(), "queue_video": self.queue_video.cpu(),
+               "ptr": torch.tensor(self.ptr)}
+        if self.predictor is not None:
+            out["predictor"] = self.predictor.state_dict()
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        self.encoder.load_state_dict(state["encoder"])
+        if self.queue.shape != state["queue"].shape:
+            raise ValueError(f"the checkpoint's queue holds {state['queue'].shape[0]} keys, the run wants "
+                             f"{self.queue.shape[0]}")
+        self.queue.copy_(state["queue"])
+        self.queue_video.copy_(state["queue_video"])
+        self.ptr = int(state["ptr"])
+        if self.predictor is not None:
+            self.predictor.load_state_dict(state["predictor"])
+
+
+def build(spec, model: nn.Module, cfg) -> MomentumEncoder:
+    """The momentum slot ``spec`` (:class:`moquad.train.methods.Momentum`) of a run of ``cfg`` over ``model``."""
+    predictor = ProjectionHead(cfg.proj_dim, cfg.proj_hidden, cfg.proj_dim) if spec.predictor else None
+    if predictor is not None:
+        predictor.to(next(model.parameters()).device)
+    return MomentumEncoder(model, cfg.momentum, cfg.queue_size if spec.queue else 0, cfg.proj_dim, predictor)
+
+
+def gather_keys(keys: torch.Tensor) -> torch.Tensor:
+    """The global batch's keys (all ranks, rank order); no gradient flows through keys."""
+    return dist.gather_ids(keys.contiguous()) if dist.is_dist() else keys  # all_gather (any dtype)

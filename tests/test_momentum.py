@@ -1,0 +1,266 @@
+"""The momentum-encoder slot (moquad.train.momentum) and the methods on it (moco, moco_moquad): the loss against a
+direct float64 per-element formula, the EMA schedule and queue, exact resume after a signal mid-epoch (in the
+library and from the CLI), and a real 2-process gloo group (the queue takes the global batch's keys)."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from s3server import free_port
+from test_loop import fake_loader, make_cfg, train
+
+from moquad.train import preempt
+from moquad.train.checkpoint import load
+from moquad.train.log import read_log
+from moquad.train.losses import hard_k, momentum_loss
+from moquad.train.momentum import MomentumEncoder
+
+REPO = Path(__file__).resolve().parent.parent
+KEY_ROLES = ("positive", "intra_negative", "intra_negative")
+
+
+@pytest.fixture(autouse=True)
+def _single_process(monkeypatch):
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def _unit(v):
+    n = math.sqrt(sum(float(x) ** 2 for x in v))
+    return [float(x) / n for x in v]
+
+
+def _dot(a, b):
+    return sum(x * y for x, y in zip(a, b))
+
+
+def ref_momentum(q, keys, roles, queue, queue_video, videos, tau, beta, alpha):
+    """The loss written out in float64 Python, one anchor and one candidate at a time."""
+    b, w = keys.shape[:2]
+    pos = roles.index("positive")
+    intra = [i for i, r in enumerate(roles) if r == "intra_negative"]
+    total = 0.0
+    for i in range(b):
+        a = _unit(q[i])
+        s_pos = _dot(a, _unit(keys[i, pos]))
+        s_intra = [_dot(a, _unit(keys[i, k])) for k in intra]
+        inter = [_dot(a, _unit(keys[j, s])) for j in range(b) if videos[j] != videos[i] for s in range(w)]
+        inter += [_dot(a, _unit(queue[k])) for k in range(len(queue)) if queue_video[k] >= 0
+                  and queue_video[k] != videos[i]]
+        k = hard_k((b - 1) * w + len(queue), beta)
+        hard = set(sorted(range(len(inter)), key=lambda n: -inter[n])[:k])
+        wi = alpha if k else 1.0
+        den = math.exp(s_pos / tau) + sum(wi * math.exp(s / tau) for s in s_intra)
+        den += sum((alpha if n in hard else 1.0) * math.exp(s / tau) for n, s in enumerate(inter))
+        total += -math.log(math.exp(s_pos / tau) / den)
+    return total / b
+
+
+@pytest.mark.parametrize("roles, beta, alpha", [(KEY_ROLES[:1], 0.0, 1.0), (KEY_ROLES, 0.0, 1.0),
+                                                (KEY_ROLES, 0.05, 1.5), (KEY_ROLES[:2], 0.3, 2.0)])
+def test_momentum_loss_matches_the_per_element_formula(roles, beta, alpha):
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(5, 8, generator=g, dtype=torch.float64)
+    keys = torch.randn(5, len(roles), 8, generator=g, dtype=torch.float64)
+    queue = torch.randn(7, 8, generator=g, dtype=torch.float64)
+    queue_video = torch.tensor([3, -1, 10, 11, 0, -1, 12])  # two empty slots, two keys of this batch's videos
+    videos = torch.tensor([0, 1, 1, 3, 4])  # video 1 twice: never its own negative
+    got = momentum_loss(q.float(), keys.float(), roles, queue=queue.float(), queue_video=queue_video, tau=0.2,
+                        hard_beta=beta, hard_alpha=alpha, video=videos)[0]
+    want = ref_momentum(q, keys, roles, queue, queue_video.tolist(), videos.tolist(), 0.2, beta, alpha)
+    assert float(got) == pytest.approx(want, rel=1e-5)
+
+
+def test_global_keys_slice_equals_the_whole_batch():
+    g = torch.Generator().manual_seed(4)
+    q, keys = torch.randn(4, 8, generator=g), torch.randn(4, 3, 8, generator=g)
+    whole = momentum_loss(q, keys, KEY_ROLES, tau=0.1, hard_beta=0.1, hard_alpha=1.5)[0]
+    parts = [momentum_loss(q[r * 2:r * 2 + 2], keys[r * 2:r * 2 + 2], KEY_ROLES, keys_global=keys, offset=2 * r,
+                           tau=0.1, hard_beta=0.1, hard_alpha=1.5)[0] for r in range(2)]
+    assert float(whole) == pytest.approx(float(sum(parts) / 2), rel=1e-6)
+
+
+def test_ema_schedule_and_queue():
+    model = torch.nn.Linear(2, 2)
+    m = MomentumEncoder(model, 0.99, 5, 2)
+    assert m.momentum(0, 100) == pytest.approx(0.99) and m.momentum(50, 100) == pytest.approx(0.995)
+    assert m.momentum(100, 100) == 1.0
+    before = [p.clone() for p in m.encoder.parameters()]
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    m.update(model, 0, 100)
+    assert torch.allclose(m.encoder.weight, before[0] * 0.99 + model.weight * 0.01)
+    assert not m.encoder.weight.requires_grad
+    m.enqueue(torch.ones(3, 2), torch.tensor([1, 2, 3]))
+    m.enqueue(2 * torch.ones(3, 2), torch.tensor([4, 5, 6]))  # wraps: slots 3, 4, 0
+    assert m.ptr == 1 and m.queue_video.tolist() == [6, 2, 3, 4, 5] and m.queue[0].tolist() == [2.0, 2.0]
+    state = m.state_dict()
+    other = MomentumEncoder(torch.nn.Linear(2, 2), 0.99, 5, 2)
+    other.load_state_dict(state)
+    assert other.ptr == 1 and torch.equal(other.queue, m.queue) and torch.equal(other.encoder.weight, m.encoder.weight)
+
+
+def _video_loader(*a, **kw):
+    """fake_loader with manifest indices (the queue stores each key's video)."""
+    for i, batch in enumerate(fake_loader(*a, **kw)):
+        n = len(batch["video_id"])
+        yield {**batch, "index": torch.arange(n) + n * ((kw["start"] + i) % 3)}
+
+
+def _cfg(out, **kw):
+    return make_cfg(out, **{"method": "moco_moquad", "queue_size": 12, "momentum": 0.9, **kw})
+
+
+def _stop_at(at: int):
+    """_video_loader that sends SIGTERM to this process while it hands out global step ``at`` (0-based)."""
+
+    def loader(*a, **kw):
+        for i, batch in enumerate(_video_loader(*a, **kw)):
+            if kw["epoch"] * 4 + kw["start"] + i == at:
+                os.kill(os.getpid(), signal.SIGTERM)
+            yield batch
+
+    return loader
+
+
+@pytest.mark.parametrize("method", ["moco", "moco_moquad"])
+def test_signal_mid_epoch_then_resume_is_bit_identical(tmp_path, method):
+    """EMA weights, queue and pointer are in the checkpoint: a run stopped mid-epoch continues exactly."""
+    full, part = tmp_path / "full", tmp_path / "part"
+    train(_cfg(full, method=method), _video_loader, tensorboard=False, progress=False)
+    with pytest.raises(preempt.Preempted):
+        train(_cfg(part, method=method), _stop_at(5), tensorboard=False, progress=False)
+    assert load(part / "checkpoints" / "last.pt")["step"] == 6  # mid-epoch 1
+    train(_cfg(part, method=method, resume=True), _video_loader, tensorboard=False, progress=False)
+    a, b = read_log(full / "log.jsonl"), read_log(part / "log.jsonl")
+    assert [r["loss"] for r in a] == [r["loss"] for r in b] and len(b) == 12
+    sa, sb = load(full / "checkpoints" / "last.pt"), load(part / "checkpoints" / "last.pt")
+    for k in sa["model"]:
+        assert torch.equal(sa["model"][k], sb["model"][k]), k
+    ma, mb = sa["momentum"], sb["momentum"]
+    for k in ma["encoder"]:
+        assert torch.equal(ma["encoder"][k], mb["encoder"][k]), k
+    assert torch.equal(ma["queue"], mb["queue"]) and torch.equal(ma["queue_video"], mb["queue_video"])
+    assert int(ma["ptr"]) == int(mb["ptr"]) == (12 * 4) % 12 and (ma["queue_video"] >= 0).all()
+    assert [r["mode"] for r in a][:4] == (["appearance"] * 4 if method == "moco_moquad" else ["moco"] * 4)
+
+
+def test_a_checkpoint_without_the_momentum_encoder_is_refused(tmp_path):
+    from moquad.errors import MoquadError
+
+    out = tmp_path / "run"
+    train(make_cfg(out, epochs=1, warmup_ratio=0.0), fake_loader, tensorboard=False, progress=False)
+    ckpt = load(out / "checkpoints" / "last.pt")
+    ckpt["config"]["method"] = "moco"
+    torch.save(ckpt, out / "checkpoints" / "last.pt")
+    with pytest.raises(MoquadError, match="holds none"):
+        train(make_cfg(out, epochs=1, warmup_ratio=0.0, method="moco", resume=True), _video_loader,
+              tensorboard=False, progress=False)
+
+
+# ----------------------------------------------------------------------------- a real 2-process gloo group
+
+
+def _dist_worker(rank: int, world: int, port: int, out_dir: str) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    from moquad import dist
+
+    dist.init("cpu")
+    try:
+        torch.save(_momentum_steps(rank, world), os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.cleanup()
+
+
+def _momentum_steps(rank: int, world: int) -> dict:
+    """Two steps of moco_moquad's loss through forward_loss: loss, gradients, queue (eval-mode BN: a split batch
+    sees the same function)."""
+    from moquad.models import build_model
+    from moquad.train.loop import forward_loss
+    from moquad.train.momentum import MomentumEncoder
+
+    torch.manual_seed(0)
+    model = build_model("tiny", proj_dim=8, proj_hidden=16).eval()
+    mom = MomentumEncoder(model, 0.9, 6, 8)
+    mom.encoder.eval()
+    g = torch.Generator().manual_seed(1)
+    out: dict = {"loss": [], "grad": []}
+    per = 4 // world
+    for step in range(2):
+        views = torch.randn(4, 4, 3, 4, 16, 16, generator=g)[rank * per:(rank + 1) * per]
+        video = (torch.arange(4) + 4 * step)[rank * per:(rank + 1) * per]
+        model.zero_grad()
+        mom.update(model, step, 10)
+        loss, _ = forward_loss(model, views, ("anchor", *KEY_ROLES), "moquad.train.losses:momentum_contrast",
+                               tau=0.1, hard_beta=0.2, hard_alpha=1.5, video=video, momentum=mom)
+        loss.backward()
+        from moquad import dist
+
+        out["loss"].append(float(dist.all_reduce(loss.detach(), "mean")))
+        out["grad"].append([dist.all_reduce(p.grad, "mean") for p in model.parameters()])
+    out.update(queue=mom.queue.clone(), queue_video=mom.queue_video.clone(), ptr=mom.ptr)
+    return out
+
+
+def test_two_ranks_fill_the_queue_with_the_global_batch(tmp_path):
+    ref = _momentum_steps(0, 1)
+    mp.spawn(_dist_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    for r in range(2):
+        got = torch.load(tmp_path / f"rank{r}.pt", weights_only=False)
+        assert got["loss"] == pytest.approx(ref["loss"], rel=1e-5)
+        for a, b in zip(got["grad"][1], ref["grad"][1]):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+        assert got["queue_video"].tolist() == ref["queue_video"].tolist() == [6, 7, 2, 3, 4, 5]
+        torch.testing.assert_close(got["queue"], ref["queue"], atol=1e-5, rtol=1e-5)
+        assert got["ptr"] == ref["ptr"] == 2
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+
+def test_cli_moco_moquad_resumes_exactly_after_sigterm(tmp_path):
+    from fixtures import coded_dataset
+
+    data = coded_dataset(tmp_path / "data", num_videos=8, num_frames=24, videos_per_shard=4)
+    env = {**{k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")},
+           "PYTHONPATH": f"{REPO}:{os.environ.get('PYTHONPATH', '')}"}
+
+    def pretrain(out: Path, *extra: str) -> subprocess.Popen:
+        args = [sys.executable, "-m", "moquad.cli", "pretrain", "--method", "moco_moquad", "--data", str(data),
+                "--out", str(out), "--backbone", "tiny", "--batch-size", "2", "--frames", "4", "--size", "16",
+                "--workers", "0", "--device", "cpu", "--epochs", "3", "--warmup-ratio", "0.34", "--set",
+                "proj_hidden=16", "--set", "queue_size=6", "--set", "loader.dilations=1,2", *extra]
+        return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+
+    full = pretrain(tmp_path / "full")
+    assert full.wait(timeout=300) == 0, full.stderr.read()
+    part = pretrain(tmp_path / "part")
+    log = tmp_path / "part" / "log.jsonl"
+    for _ in range(3000):  # SIGTERM once the run is in its second epoch
+        if log.is_file() and len(log.read_text().splitlines()) >= 5 or part.poll() is not None:
+            break
+        import time
+
+        time.sleep(0.02)
+    part.send_signal(signal.SIGTERM)
+    assert part.wait(timeout=300) == 75, part.stderr.read()
+    stopped = load(tmp_path / "part" / "checkpoints" / "last.pt")["step"]
+    assert 5 <= stopped < 12
+    resumed = pretrain(tmp_path / "part", "--resume")
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    a, b = read_log(tmp_path / "full" / "log.jsonl"), read_log(log)
+    assert [r["loss"] for r in a] == [r["loss"] for r in b] and [r["step"] for r in b] == list(range(1, 13))
+    sa, sb = load(tmp_path / "full" / "checkpoints" / "last.pt"), load(tmp_path / "part" / "checkpoints" / "last.pt")
+    for k in sa["model"]:
+        assert torch.equal(sa["model"][k], sb["model"][k]), k
+    assert torch.equal(sa["momentum"]["queue"], sb["momentum"]["queue"])
