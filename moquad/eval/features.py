@@ -111,7 +111,9 @@ def read_features(path: str | Path) -> dict[str, Any]:
 def compute_features(
     backbone: torch.nn.Module, cfg: EvalConfig, split: Split, indices: list[int], show: bool = False
 ) -> tuple[list[int], np.ndarray]:
-    """Features of the manifest rows ``indices`` of ``split`` -> (indices, float32 (len, D))."""
+    """Features of the manifest rows ``indices`` of ``split`` -> (indices, float32 (len, D)). A clip setting left
+    unset (None) is the checkpoint's (none: the paper's), as in every evaluation command."""
+    cfg = with_clip(cfg)
     device = resolve_device(cfg.device)
     backbone = backbone.to(device).eval()
     views = TestViews(split, indices, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops)
