@@ -206,7 +206,7 @@ PRETRAIN_FLAGS = (
     Flag("data", required=True), Flag("split"), Flag("out"), RECIPE,
     *map(Flag, ("method", "backbone", "model_input", "proj_dim", "proj_hidden", "epochs", "batch_size", "lr",
                 "lr_warmup_epochs", "weight_decay", "optimizer", "temperature", "warmup_ratio", "hard_beta",
-                "hard_alpha")),
+                "hard_alpha", "momentum", "queue_size")),
     *(Flag("loader." + k) for k in ("frames", "size", "appearance_op", "motion_ops", "ad_pos", "intra_neg",
                                     "ad_intra_neg", "workers")),
     Flag("loader.augment_on_device", decls=("--augment-on-device/--augment-on-cpu",)),

@@ -38,7 +38,7 @@ def test_help_has_example(command):
         (["preprocess", "ucf101", "{tmp}/missing", "--out", "{tmp}/o"], "dataset root"),
         (["verify", "{tmp}/missing"], "data folder"),
         (["pretrain", "--data", "{tmp}/missing"], "run `moquad preprocess` first"),
-        (["pretrain", "--data", "{tmp}", "--method", "byol"], "method must be one of moquad, simclr, simclr_classic, got 'byol'"),
+        (["pretrain", "--data", "{tmp}", "--method", "byol"], "method must be one of moquad, simclr, simclr_classic, moco, moco_moquad, got 'byol'"),
         (["pretrain", "--data", "{tmp}", "--set", "epochs"], "--set 'epochs' must look like KEY=VALUE"),
         (["pretrain", "--data", "{tmp}", "--set", "epochs.x=1"], "unknown setting 'epochs.x': epochs has no sub-settings"),
         (["linear", "--data", "{tmp}", "--checkpoint", "{tmp}/none.pt"], "checkpoint {tmp}/none.pt not found"),

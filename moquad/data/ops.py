@@ -81,7 +81,7 @@ MOTION_OPS: dict[str, MotionOp] = {
 # A batch's keys besides the appearance op's own parameters (moquad.data.pipeline, both paths; tests/test_ops.py
 # checks a real batch has no other): a parameter by one of these names would silently overwrite the batch's value.
 BATCH_KEYS = frozenset({"raw", "views", "frame_index", "box", "flip", "colour_ops", "colour_factors", "lam", "pool",
-                        "appearance_op", "view_names", "video_id", "index", "label", "bad", "bytes", "info"})
+                        "appearance_op", "view_names", "roles", "video_id", "index", "label", "bad", "bytes", "info"})
 
 
 @dataclass(frozen=True)

@@ -40,16 +40,16 @@ def candidates(run_dir: Path, mode: str) -> int | None:
     negatives: every other view of the global batch, ``batch x views - 1``), from the run's ``config.yaml``;
     None when the run has none."""
     from moquad.config import PretrainConfig, update
-    from moquad.data.views import plan_clips
     from moquad.train.methods import METHODS
 
     path = run_dir / "config.yaml"
     if not path.is_file():
         return None
     cfg = update(PretrainConfig(), yaml.safe_load(path.read_text()) or {})
-    method = METHODS[cfg.method]
-    loader = dataclasses.replace(cfg.loader, **(method.switches if mode == method.mode else {}))
-    views = len(plan_clips(10_000, loader, np.random.default_rng(0), mode)[0])  # the loader's own view list
+    stage = next((s for s in METHODS[cfg.method].stages if s.name == mode), None)
+    if stage is None:
+        return None
+    views = len(stage.views(dataclasses.replace(cfg.loader, **stage.switches)).roles)  # the loader's own plan
     return cfg.batch_size * views - 1
 
 
