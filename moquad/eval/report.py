@@ -148,8 +148,8 @@ def confusion_figure(conf: np.ndarray, classes: list[str], title: str) -> Any:
         ax.set_yticks(range(n), names, fontsize=7)
     ax.set_xlabel("predicted class")
     ax.set_ylabel(f"true class ({int(conf.sum())} test videos)")
-    ax.set_title(f"{title}\nrow-normalised (each true class sums to 1)" + ("; numbers: video counts" if n <= 30 else ""),
-                 fontsize=10)
+    ax.set_title(f"{title}\nrow-normalised: each true class sums to 1" + ("\nnumbers: video counts" if n <= 30 else ""),
+                 fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.046, label="share of the true class's videos")
     fig.tight_layout()
     return fig
@@ -160,6 +160,6 @@ def plot_confusion(conf: np.ndarray, classes: list[str], path: Path, title: str)
     import matplotlib.pyplot as plt
 
     fig = confusion_figure(conf, classes, title)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")  # long class names: nothing cut at the edges
     plt.close(fig)
     return path
