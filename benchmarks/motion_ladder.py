@@ -57,6 +57,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "moco+ad_pos+intra_neg": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent",
                                               "queue_size=128", "loader.ad_intra_neg=false"]),
     "moco_moquad": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", "queue_size=128"]),
+    # MoQuad on the momentum base with the demo recipe's adopted options (Intra-Negs by speed and time reversal, one
+    # flip per quadruple), against "moco" as the README's "adopted" row is against "base"
+    "moco_adopted": ("moco_moquad", ["loader.motion_ops=speed,reverse", "loader.flip=shared", "queue_size=128"]),
     "base@b8": ("simclr", ["loader.flip=independent", "batch_size=8"]),
     "paper@b8": ("moquad", ["loader.motion_ops=speed", "loader.flip=independent", "batch_size=8"]),
     "moco@b8": ("moco", ["loader.flip=independent", "queue_size=128", "batch_size=8"]),

@@ -33,16 +33,17 @@ def data(tmp_path_factory):
                             classes=["a", "b", "c"], videos_per_shard=5))
 
 
-def _cfg(data: str, out: str, workers: int, resume: bool, batch: int = GLOBAL):
+def _cfg(data: str, out: str, workers: int, resume: bool, batch: int = GLOBAL, method: str = "moquad"):
     sys.path.insert(0, os.path.dirname(__file__))
     from test_loop import make_cfg
 
     return make_cfg(out, data=data, steps_per_epoch=None, epochs=EPOCHS, batch_size=batch, warmup_ratio=0.5,
-                    ckpt_every=1, log_every=1, resume=resume, seed=SEED,
+                    ckpt_every=1, log_every=1, resume=resume, seed=SEED, method=method, queue_size=64,
                     loader=LoaderConfig(frames=4, size=32, workers=workers, seed=SEED))
 
 
-def _rank(rank: int, world: int, port: int, data: str, out: str, workers: int, resume: bool, stop_at: int) -> None:
+def _rank(rank: int, world: int, port: int, data: str, out: str, workers: int, resume: bool, stop_at: int,
+          method: str = "moquad") -> None:
     """One rank of ``pretrain``; the trainer's loader is the real one, recorded batch by batch (step, manifest rows)."""
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
@@ -65,16 +66,17 @@ def _rank(rank: int, world: int, port: int, data: str, out: str, workers: int, r
             yield batch
 
     try:
-        train(_cfg(data, out, workers, resume), recorded, tensorboard=False, progress=False)
+        train(_cfg(data, out, workers, resume, method=method), recorded, tensorboard=False, progress=False)
     except Stop:
         pass
     with open(os.path.join(out, f"seen-{rank}-{'resumed' if resume else 'first'}.json"), "w") as f:
         json.dump(seen, f)
 
 
-def _run(data: str, out: str, ranks: int, workers: int, resume: bool, stop_at: int = -1) -> dict[int, list[int]]:
+def _run(data: str, out: str, ranks: int, workers: int, resume: bool, stop_at: int = -1,
+         method: str = "moquad") -> dict[int, list[int]]:
     """Run ``pretrain`` on ``ranks`` gloo processes; the global batch of every step it trained on."""
-    mp.spawn(_rank, args=(ranks, free_port(), data, out, workers, resume, stop_at), nprocs=ranks, join=True)
+    mp.spawn(_rank, args=(ranks, free_port(), data, out, workers, resume, stop_at, method), nprocs=ranks, join=True)
     steps: dict[int, list[int]] = {}
     for rank in range(ranks):  # a global batch is the ranks' parts in rank order
         with open(os.path.join(out, f"seen-{rank}-{'resumed' if resume else 'first'}.json")) as f:
@@ -110,6 +112,28 @@ def test_resume_on_other_ranks_and_workers_continues_the_same_global_batches(tmp
         used = [i for s in range(e * SPE, (e + 1) * SPE) for i in {**first, **rest}[s]]
         assert sorted(used) == list(range(VIDEOS))
     assert load(os.path.join(out, "checkpoints", "last.pt"))["step"] == EPOCHS * SPE
+
+
+def test_a_momentum_run_resumes_on_other_ranks_with_its_queue(tmp_path, data):
+    """moco_moquad stopped mid-epoch on 2 ranks and resumed on 1: the same global batches as the reference, and the
+    queue (64 slots, more than the run's 48 keys) holds the video of every key of the stitched run in global-batch
+    order: the resumed rank continued the stopped run's queue and pointer (a fresh queue would have lost the first
+    4 steps' keys), and the 2-rank part filled it with the GLOBAL batch in rank order, as 1 rank does."""
+    import torch
+
+    from moquad.train.checkpoint import load
+
+    out = str(tmp_path / "run")
+    first = _run(data, out, 2, 0, resume=False, stop_at=4, method="moco_moquad")
+    stopped = load(os.path.join(out, "checkpoints", "last.pt"))["momentum"]
+    rest = _run(data, out, 1, 0, resume=True, method="moco_moquad")
+    assert {**first, **rest} == _reference()
+    mom = load(os.path.join(out, "checkpoints", "last.pt"))["momentum"]
+    keys = [i for s in range(EPOCHS * SPE) for i in _reference()[s]]
+    assert mom["queue_video"].tolist() == keys + [-1] * (64 - len(keys))
+    assert int(mom["ptr"]) == len(keys) == 48 and int(stopped["ptr"]) == 16
+    torch.testing.assert_close(mom["queue"][:16], stopped["queue"][:16])  # the stopped run's keys, kept
+    assert (mom["queue"][16:48] != stopped["queue"][16:48]).any(dim=1).all()  # and the resumed steps' keys after them
 
 
 def test_a_changed_global_batch_is_refused(tmp_path, data):

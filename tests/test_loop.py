@@ -449,3 +449,15 @@ def test_small_run_advice_fits_the_settings(videos, batch, epochs, want):
     assert loop.small_run_advice(videos, batch, epochs) == want
     for b, e in re.findall(r"--batch-size (\d+) \(\d+ steps per epoch\)(?: with --epochs (\d+))?", want):
         assert videos // int(b) * int(e or epochs) >= loop.MIN_STEPS
+
+
+@pytest.mark.parametrize("unfit, said", [({1: 0, 4: 0}, False), ({1: 0, 4: 3}, True)])
+def test_the_short_video_line_is_said_only_when_some_video_is_short(capsys, unfit, said):
+    """Start-up names the videos too short per dilation only when there are some ("dilation 1: 0, dilation 4: 0"
+    was printed on every run)."""
+    cfg = PretrainConfig(epochs=60, batch_size=16, loader=LoaderConfig(frames=8, dilations=(1, 4)))
+    loop._report(cfg, 280, 17, unfit)
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("pretrain: 280 videos in split 'train', global batch 16: 17 steps per epoch, 1020 steps")
+    assert ("videos too short for a 8-frame clip (dilation 1: 0, dilation 4: 3)" in out) is said
+    assert ("too short" in out) is said

@@ -253,9 +253,10 @@ def _report(cfg: PretrainConfig, videos: int, spe: int, unfit: dict[int, int]) -
     total = spe * cfg.epochs
     console.print(f"pretrain: {videos} videos in split {cfg.split!r}, global batch {cfg.batch_size}: {spe} steps per "
                   f"epoch, {total} steps in {cfg.epochs} epochs")
-    fits = ", ".join(f"dilation {d}: {n}" for d, n in unfit.items())
-    console.print(f"videos too short for a {cfg.loader.frames}-frame clip ({fits}); they use the dilations that fit "
-                  "(see moquad.data.clip_frames)")
+    if any(unfit.values()):  # said only when some video is short: "dilation 1: 0, dilation 4: 0" is noise
+        fits = ", ".join(f"dilation {d}: {n}" for d, n in unfit.items())
+        console.print(f"videos too short for a {cfg.loader.frames}-frame clip ({fits}); they use the dilations that "
+                      "fit (see moquad.data.clip_frames)")
     if total < MIN_STEPS:
         console.print(f"[yellow]warning:[/] {small_run_advice(videos, cfg.batch_size, cfg.epochs)}", highlight=False,
                       soft_wrap=True)
