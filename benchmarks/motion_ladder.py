@@ -13,6 +13,7 @@ fine-tuning settings) and reports its test top-1 in every column. One JSON line 
         --variants base paper reverse speed+reverse
     python benchmarks/motion_ladder.py --out runs/ladder --table
     python benchmarks/motion_ladder.py --out runs/ladder --per-class directions   # top-1 per class
+    python benchmarks/motion_ladder.py --out runs/ladder --compare base:paper moco:moco_moquad   # paired gains
     python benchmarks/motion_ladder.py --out runs/methods --families types directions --seeds 0 \
         --variants random supervised base paper moco moco_moquad moco+ad_pos moco+ad_pos+intra_neg base@b8 \
         paper@b8 moco@b8 moco_moquad@b8                                   # the two bases (docs/methods.md)
@@ -190,6 +191,25 @@ def goal(rows: list[dict], adopted: str = "speed+reverse+shared") -> str:
     return "\n".join(lines)
 
 
+def compare(rows: list[dict], pairs: list[str]) -> str:
+    """Paired gains: for each ``BASE:VARIANT`` and family, VARIANT minus BASE on the seeds both finished, mean +- std
+    of the per-seed differences (points), the three measures."""
+    by = {(r["family"], r["variant"], r["seed"]): r for r in rows}
+    lines = ["| family | variant − base | seeds | hit@1 | weighted kNN | linear |", "|---|---|---:|---:|---:|---:|"]
+    for pair in pairs:
+        base, var = pair.split(":")
+        for fam in dict.fromkeys(r["family"] for r in rows):
+            seeds = sorted(s for (f, v, s) in by if f == fam and v == var and (f, base, s) in by)
+            if not seeds:
+                continue
+            cells = []
+            for m in ("hit@1", "knn_top1", "linear_top1"):
+                d = [100 * (by[fam, var, s][m] - by[fam, base, s][m]) for s in seeds]
+                cells.append(f"{statistics.mean(d):+.1f} ± {statistics.stdev(d):.1f}" if len(d) > 1 else f"{d[0]:+.1f}")
+            lines.append(f"| {fam} | {var} − {base} | {','.join(map(str, seeds))} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _class_accuracy(run: Path) -> dict[str, float]:
     """A run's top-1 per class (%): weighted kNN on its cached features (retrieve's protocol), or a supervised
     run's test accuracy per class; empty when the run has neither."""
@@ -267,9 +287,14 @@ def main() -> None:
     ap.add_argument("--table", action="store_true", help="only print the table of finished runs")
     ap.add_argument("--plot", default=None, help="also draw the finished runs' bars to this PNG")
     ap.add_argument("--per-class", default=None, metavar="FAMILY", help="only print FAMILY's top-1 per class")
+    ap.add_argument("--compare", nargs="+", default=None, metavar="BASE:VARIANT",
+                    help="only print each VARIANT's paired gain over BASE per family (e.g. moco:moco_moquad)")
     args = ap.parse_args()
     if args.per_class:
         print(per_class(Path(args.out), args.per_class))
+        return
+    if args.compare:
+        print(compare(load_results(Path(args.out) / "results.jsonl"), args.compare))
         return
     out = Path(args.out)
     path = out / "results.jsonl"
