@@ -16,7 +16,7 @@ Design choices (the paper fixes none of them; MoQuad is defined on SimCLR):
   are the momentum encoder's own (it runs in train mode, as MoCo's key encoder does). The update runs before the
   keys are encoded, at every step (MoCo v2 / v3 order).
 - Queue size: ``cfg.queue_size`` (4096 by default: MoCo's 65536 is for a million images; a small dataset wants a
-  queue below its size, e.g. 256 in the CPU evidence). Temperature: the run's ``temperature`` (0.1, the paper's;
+  queue below its size, e.g. 128 in the CPU evidence). Temperature: the run's ``temperature`` (0.1, the paper's;
   MoCo v2 uses 0.2).
 - DDP: keys are gathered from every rank (all_gather, rank order = the global batch's order) before they enter the
   queue, so the queue holds the GLOBAL batch's keys and does not depend on the number of ranks: an elastic resume
