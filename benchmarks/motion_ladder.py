@@ -170,18 +170,31 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _by_run(rows: list[dict]) -> dict[tuple[str, str, int], dict]:
+    return {(r["family"], r["variant"], r["seed"]): r for r in rows}
+
+
+def _paired_seeds(by: dict, family: str, base: str, variant: str) -> list[int]:
+    """The seeds of ``family`` on which both ``base`` and ``variant`` finished."""
+    return sorted(s for (f, v, s) in by if f == family and v == variant and (f, base, s) in by)
+
+
+def _diffs(by: dict, family: str, base: str, variant: str, measure: str, seeds: list[int]) -> list[float]:
+    """Per-seed ``variant`` minus ``base`` of one measure, in points."""
+    return [100 * (by[family, variant, s][measure] - by[family, base, s][measure]) for s in seeds]
+
+
 def goal(rows: list[dict], adopted: str = "speed+reverse+shared") -> str:
     """The goal per family: ``adopted`` minus the base and minus random init, weighted kNN and linear top-1,
     means over the seeds all three share (goal: >= 15 points over the base on both, above random)."""
-    by = {(r["family"], r["variant"], r["seed"]): r for r in rows}
+    by = _by_run(rows)
     lines = ["| family | seeds | kNN: adopted − base | linear: adopted − base | kNN / linear: adopted − random | "
              "goal met |", "|---|---:|---:|---:|---:|---|"]
     for fam in dict.fromkeys(r["family"] for r in rows):
-        seeds = sorted(s for (f, v, s) in by if f == fam and v == adopted and (f, "base", s) in by
-                       and (f, "random", s) in by)
+        seeds = sorted(set(_paired_seeds(by, fam, "base", adopted)) & set(_paired_seeds(by, fam, "random", adopted)))
         if not seeds:
             continue
-        gain = {(other, m): statistics.mean(100 * (by[fam, adopted, s][m] - by[fam, other, s][m]) for s in seeds)
+        gain = {(other, m): statistics.mean(_diffs(by, fam, other, adopted, m, seeds))
                 for other in ("base", "random") for m in ("knn_top1", "linear_top1")}
         met = gain["base", "knn_top1"] >= 15 and gain["base", "linear_top1"] >= 15 and \
             gain["random", "knn_top1"] > 0 and gain["random", "linear_top1"] > 0
@@ -194,17 +207,17 @@ def goal(rows: list[dict], adopted: str = "speed+reverse+shared") -> str:
 def compare(rows: list[dict], pairs: list[str]) -> str:
     """Paired gains: for each ``BASE:VARIANT`` and family, VARIANT minus BASE on the seeds both finished, mean +- std
     of the per-seed differences (points), the three measures."""
-    by = {(r["family"], r["variant"], r["seed"]): r for r in rows}
+    by = _by_run(rows)
     lines = ["| family | variant − base | seeds | hit@1 | weighted kNN | linear |", "|---|---|---:|---:|---:|---:|"]
     for pair in pairs:
         base, var = pair.split(":")
         for fam in dict.fromkeys(r["family"] for r in rows):
-            seeds = sorted(s for (f, v, s) in by if f == fam and v == var and (f, base, s) in by)
+            seeds = _paired_seeds(by, fam, base, var)
             if not seeds:
                 continue
             cells = []
             for m in ("hit@1", "knn_top1", "linear_top1"):
-                d = [100 * (by[fam, var, s][m] - by[fam, base, s][m]) for s in seeds]
+                d = _diffs(by, fam, base, var, m, seeds)
                 cells.append(f"{statistics.mean(d):+.1f} ± {statistics.stdev(d):.1f}" if len(d) > 1 else f"{d[0]:+.1f}")
             lines.append(f"| {fam} | {var} − {base} | {','.join(map(str, seeds))} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

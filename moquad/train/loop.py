@@ -16,7 +16,6 @@ rank after the same step with a checkpoint and exit code 75 (:mod:`moquad.train.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import math
@@ -302,7 +301,7 @@ def train_one_epoch(t: Trainer, epoch: int) -> None:
     """One epoch from its first not-yet-trained step; logs, checks and checkpoints on the way."""
     cfg, device, world = t.cfg, t.info.device, t.info.world_size
     stage = t.stages[epoch]
-    lcfg = dataclasses.replace(cfg.loader, **stage.switches)
+    lcfg = stage.loader_config(cfg.loader)
     first = max(0, t.start - epoch * t.spe)
     loader = make_loader(t.data, lcfg, split=cfg.split, batch_size=cfg.batch_size // world, epoch=epoch,
                          rank=t.info.rank, world_size=world, start=first, num_batches=t.spe,

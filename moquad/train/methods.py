@@ -24,7 +24,7 @@ Imports no torch (``moquad.settings`` reads the table's names to check the setti
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from moquad.data import views
@@ -43,6 +43,10 @@ class Stage:
     loss: str | Callable  # "module:function" (the shipped rows: this table imports no torch) or the function
     label: str
     switches: dict[str, bool] = field(default_factory=dict)
+
+    def loader_config(self, loader: Any) -> Any:
+        """The run's ``LoaderConfig`` under this stage's switches: what its loader reads and its plan is built from."""
+        return replace(loader, **self.switches)
 
 
 @dataclass(frozen=True)

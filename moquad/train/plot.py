@@ -7,7 +7,6 @@ candidates each anchor ranks (:func:`candidates`) and draws the chance level, th
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,7 @@ def candidates(run_dir: Path, mode: str) -> int | None:
     stage = next((s for s in METHODS[cfg.method].stages if s.name == mode), None)
     if stage is None:
         return None
-    views = len(stage.views(dataclasses.replace(cfg.loader, **stage.switches)).roles)  # the loader's own plan
+    views = len(stage.views(stage.loader_config(cfg.loader)).roles)  # the loader's own plan
     return cfg.batch_size * views - 1
 
 
