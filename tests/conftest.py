@@ -23,3 +23,17 @@ def synth_root(tmp_path_factory) -> Path:
     from moquad.synth import make_synth
 
     return make_synth(tmp_path_factory.mktemp("synth"), classes=4, per_class=4, size=32, frames=24, seed=0)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """With pytest-xdist (``make test``: ``-n auto --dist loadgroup``) the tests of a module that share a module- or
+    class-scoped fixture run in one worker, so the fixture is built once, not once per worker; every other test
+    goes to whichever worker is free."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        if any(defs and defs[-1].scope in ("module", "class", "package")
+               for defs in (info.name2fixturedefs.get(n) for n in info.names_closure)):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
