@@ -27,7 +27,7 @@ def synth_root(tmp_path_factory) -> Path:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist (``make test``: ``-n auto --dist loadgroup``) the tests of a module that share a module- or
+    """With pytest-xdist (``make test``: ``-n logical --dist loadgroup``) the tests of a module that share a module- or
     class-scoped fixture run in one worker, so the fixture is built once, not once per worker; every other test
     goes to whichever worker is free."""
     for item in items:
