@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# pytest-xdist workers share the cores: each worker (and every process it starts) gets its share of intra-op threads,
+# set before torch is imported, else the OpenMP thread teams of the workers spin against each other (a test of 15 s
+# of CPU took 60 s). A value the caller set is kept.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT") and not os.environ.get("OMP_NUM_THREADS"):
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ["OMP_NUM_THREADS"] = str(max(1, cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 REAL_VIDEOS = Path(__file__).resolve().parents[2] / "shared" / "data" / "real-videos"
 
