@@ -385,14 +385,13 @@ def test_sizes_of_many_objects_take_about_one_round_trip(coded):
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
         try:
             urls = [f"{proxy.url}/{local.name}/{n}" for n in names * 3]
-            t = time.perf_counter()
             got = objstore.sizes(urls)
-            took = time.perf_counter() - t
         finally:
             proxy.shutdown()
     want = [(local / n).stat().st_size if (local / n).exists() else None for n in names * 3]
     assert got == want and got[-1] is None and len(got) >= 6
-    assert took < 0.3 * len(urls) / 3, f"{len(urls)} HEADs of 0.3 s took {took:.2f} s: in turn, not at once"
+    # at once, counted by the server (in turn: 1 at a time); a clock bound failed on a loaded machine
+    assert proxy.max_in_flight >= len(urls) // 2, f"at most {proxy.max_in_flight} of {len(urls)} HEADs at once"
     assert objstore.sizes([local / n for n in names]) == want[: len(names)]  # local paths: a stat each
 
 
