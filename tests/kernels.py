@@ -83,7 +83,7 @@ def measure(names: list[str]) -> int:
     base = names[0]
     print(f"largest difference from '{base}' (loss: relative; parameters: per tensor, relative to its L1 / L2 norm)")
     for name in names[1:]:
-        d = record_methods.differences(got[base], got[name])
+        d = record_methods.differences(got[base]["runs"], got[name]["runs"])
         print(f"{name:8s} loss {d['loss']:.3g}  parameters {d['params']:.3g}  bit-for-bit {d['exact']}")
     return 0
 
