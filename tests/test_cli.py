@@ -219,10 +219,10 @@ def test_help_shows_the_config_default_and_restates_none(kind, command):
 
 
 def _config_commands():
-    from moquad import cli, cli_motion
+    from moquad import cli, cli_eval
 
     return [("pretrain", C.PretrainConfig, cli.PRETRAIN_FLAGS), ("preprocess", C.PreprocessConfig, cli.PREPROCESS_FLAGS),
-            ("motion", C.MotionConfig, cli_motion.MOTION_FLAGS)]
+            ("motion", C.MotionConfig, cli_eval.MOTION_FLAGS)]
 
 
 def test_every_pretrain_setting_has_a_flag():
