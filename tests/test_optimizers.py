@@ -11,6 +11,7 @@ import torch
 import yaml
 from torch import nn
 
+from moquad import settings
 from moquad.config import PretrainConfig
 from moquad.errors import MoquadError
 from moquad.models import BACKBONES, build_backbone, build_model
@@ -99,29 +100,31 @@ def test_scaled_adamw_is_adamw_at_the_scaled_lr():
 
 @pytest.mark.parametrize("name", list(BACKBONES))
 def test_pretrain_optimizer_is_the_backbone_rows_with_its_setting(name):
-    """Nothing set: the row's optimizer (adamw_vit for the transformers) and that optimizer's setting; the
-    start-up line says both came from defaults and names the setting's source."""
+    """Nothing set: the row's optimizer (adamw_vit for the transformers) and that optimizer's setting, as the
+    command line resolves it too; the start-up line says both are defaults and names the setting's source."""
     row = BACKBONES[name]
     cfg, line = pretrain_optimizer(PretrainConfig(backbone=name))
     setting = OPTIMIZERS[row.optimizer].pretrain
     assert row.optimizer == ("adamw_vit" if name in ("swin3d_t", "mvit_v2_s") else "lars")
     assert (cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.lr_warmup_epochs) == (
         row.optimizer, setting.lr, setting.weight_decay, setting.lr_warmup_epochs)
-    assert line.startswith(f"pretrain: optimizer {row.optimizer} (the {name} backbone's; set optimizer")
+    assert line.startswith(f"pretrain: optimizer {row.optimizer} (the {name} backbone's default), lr ")
     assert line.endswith(f"(lr, weight decay, warm-up: {setting.source})")
+    assert settings.resolve(PretrainConfig(), None, {"backbone": name}) == cfg
 
 
 def test_a_set_optimizer_or_value_wins_and_the_paper_setting_is_lars():
     cfg, line = pretrain_optimizer(PretrainConfig(backbone="swin3d_t", optimizer="lars", lr=0.5))
     assert (cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.lr_warmup_epochs) == ("lars", 0.5, 1e-6, 10.0)
-    assert line == ("pretrain: optimizer lars, lr 0.5 at batch 256, weight decay 1e-06, 10 warm-up epochs "
-                    "(weight decay, warm-up: the paper's LARS setting)")
+    assert line == ("pretrain: optimizer lars (set; the swin3d_t backbone's default is adamw_vit), lr 0.5 at batch "
+                    "256, weight decay 1e-06, 10 warm-up epochs (weight decay, warm-up: the paper's LARS setting)")
     cfg, line = pretrain_optimizer(PretrainConfig(optimizer="adamw_vit", lr=1e-3, weight_decay=0.05,
                                                   lr_warmup_epochs=2))
-    assert line == "pretrain: optimizer adamw_vit, lr 0.001 at batch 256, weight decay 0.05, 2 warm-up epochs"
-    assert pretrain_optimizer(cfg) == (cfg, line)  # settled: nothing left to fill
+    assert line == ("pretrain: optimizer adamw_vit (set; the r3d_18 backbone's default is lars), lr 0.001 at batch "
+                    "256, weight decay 0.05, 2 warm-up epochs")
+    assert pretrain_optimizer(cfg) == (cfg, line)  # settled: nothing left to fill, the same line
     with pytest.raises(MoquadError, match="optimizer sgd has no pre-training setting; set lr, lr_warmup_epochs"):
-        pretrain_optimizer(PretrainConfig(optimizer="sgd", weight_decay=0.0))
+        settings.resolve(PretrainConfig(), None, {"optimizer": "sgd", "weight_decay": 0.0})
 
 
 def test_swin_without_a_recipe_trains_with_adamw_and_says_so(tmp_path):
@@ -140,8 +143,8 @@ def test_swin_without_a_recipe_trains_with_adamw_and_says_so(tmp_path):
                                  "0", "--device", "cpu", "--set", "steps_per_epoch=1", "--set", "proj_hidden=16"],
                            terminal_width=400)
     assert r.exit_code == 0, r.output
-    assert "pretrain: optimizer adamw_vit (the swin3d_t backbone's; set optimizer to choose another), lr 0.00015 " \
-           "at batch 256, weight decay 0.1, 40 warm-up epochs" in r.output
+    assert "pretrain: optimizer adamw_vit (the swin3d_t backbone's default), lr 0.00015 at batch 256, weight decay " \
+           "0.1, 40 warm-up epochs (lr, weight decay, warm-up: MoCo v3's ViT setting)" in r.output
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert (saved["optimizer"], saved["lr"], saved["weight_decay"], saved["lr_warmup_epochs"]) == (
         "adamw_vit", 1.5e-4, 0.1, 40.0)

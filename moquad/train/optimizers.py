@@ -13,10 +13,11 @@
   half-period cosine, :func:`moquad.train.schedule.lr_schedule`); it sets each group's ``lr`` every step, and
   :class:`ScaledAdamW` multiplies it by the group's ``lr_scale`` inside ``step``.
 
-Pre-training settles its optimizer here, in one place (:func:`pretrain_optimizer`): the optimizer a recipe or a
-flag names, else the backbone row's (``moquad.models.BACKBONES``: ``lars`` for the CNNs, ``adamw_vit`` for the
-transformers); its lr, weight decay and warm-up as set, else that optimizer's pre-training setting (a row's
-``pretrain``, with its source). The start-up line says which.
+Pre-training settles its optimizer here, in one place (:func:`pretrain_optimizer`, which
+:func:`moquad.settings.resolve` and the trainer apply): the optimizer a recipe or a flag names, else the backbone
+row's (``moquad.models.BACKBONES``: ``lars`` for the CNNs, ``adamw_vit`` for the transformers); its lr, weight decay
+and warm-up as set, else that optimizer's pre-training setting (a row's ``pretrain``, with its source). The
+start-up line says which.
 
 Adding an optimizer is one entry in :data:`OPTIMIZERS`. This module imports no torch at load time (each builder
 imports its optimizer when called), so :mod:`moquad.settings` reads the names for free to check the setting.
@@ -145,19 +146,23 @@ SETTING_KEYS = {"lr": ("lr", "lr {:g} at batch 256"), "weight_decay": ("weight d
 
 
 def pretrain_optimizer(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
-    """``cfg`` with its optimizer, lr, weight decay and warm-up settled, and the start-up line that says what they
-    are and which came from the backbone row or from the optimizer's setting (see the module docstring)."""
+    """``cfg`` with its optimizer, lr, weight decay and warm-up settled (the ones left unset: the backbone row's
+    optimizer and that optimizer's pre-training setting), and the start-up line that says what they are and which
+    of them are the backbone's default and the optimizer's setting. Settling a settled config changes nothing."""
     name = cfg.optimizer or BACKBONES[cfg.backbone].optimizer
     unset = [k for k in SETTING_KEYS if getattr(cfg, k) is None]
     setting = OPTIMIZERS[name].pretrain
     if unset and setting is None:
         raise MoquadError(f"optimizer {name} has no pre-training setting; set {', '.join(unset)} (--set KEY=VALUE "
                           f"or a recipe), or choose one of {', '.join(n for n, o in OPTIMIZERS.items() if o.pretrain)}")
-    by_row = "" if cfg.optimizer else f" (the {cfg.backbone} backbone's; set optimizer to choose another)"
     cfg = dataclasses.replace(cfg, optimizer=name, **{k: getattr(setting, k) for k in unset})
+    default = BACKBONES[cfg.backbone].optimizer
+    whose = f"the {cfg.backbone} backbone's default" if name == default else \
+        f"set; the {cfg.backbone} backbone's default is {default}"
     values = ", ".join(text.format(getattr(cfg, k)) for k, (_, text) in SETTING_KEYS.items())
-    told = f" ({', '.join(SETTING_KEYS[k][0] for k in unset)}: {setting.source})" if unset else ""
-    return cfg, f"pretrain: optimizer {name}{by_row}, {values}{told}"
+    same = [word for k, (word, _) in SETTING_KEYS.items() if setting and getattr(cfg, k) == getattr(setting, k)]
+    told = f" ({', '.join(same)}: {setting.source})" if same else ""
+    return cfg, f"pretrain: optimizer {name} ({whose}), {values}{told}"
 
 
 def make_optimizer(module: nn.Module, name: str, lr: float, weight_decay: float,
