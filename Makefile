@@ -19,7 +19,7 @@ test: setup
 	$(BIN)/python -m pytest -q
 
 lint: setup
-	$(BIN)/ruff check moquad tests benchmarks
+	$(BIN)/ruff check moquad tests benchmarks experiments
 
 bench: setup
 	$(BIN)/python benchmarks/bench_preprocess.py
@@ -33,7 +33,7 @@ bench: setup
 BUDGET ?= 540
 OUT ?= docs/gpu
 gpu-campaign:
-	PYTHONUNBUFFERED=1 python3 benchmarks/gpu_campaign.py --budget-s $(BUDGET) --out $(OUT) $(if $(JOBS),--jobs $(JOBS))
+	PYTHONUNBUFFERED=1 python3 experiments/gpu_campaign.py --budget-s $(BUDGET) --out $(OUT) $(if $(JOBS),--jobs $(JOBS))
 
 clean:
 	rm -rf runs .pytest_cache site

@@ -267,9 +267,6 @@ def quickstart(
 from moquad import cli_eval  # noqa: E402  (stage 3 lives in its own module)
 
 app.registered_commands[-1:-1] = cli_eval.app.registered_commands  # evaluation commands before quickstart
-from moquad import cli_motion  # noqa: E402  (the motion report)
-
-app.registered_commands[-1:-1] = cli_motion.app.registered_commands  # after evaluation, before quickstart
 
 
 def main() -> None:

@@ -5,10 +5,10 @@ options, then ``--set KEY=VALUE``, so ``--set`` wins when both name the same key
 saved next to every output (``config.yaml`` in a run folder, ``dataset.json`` for shards, the
 JSON of an evaluation) so each number can be traced to its settings.
 
-Defaults are the paper's main setting (Sec. 4.1: 16 frames at 224 px, LARS lr 3.2 at batch 256,
-RAD k=5 with lambda in [0.1, 0.5], the appearance warm-up on the first 20% of epochs, hard
-negatives beta=0.01, alpha=1.5; fine-tuning 100 epochs, LARS 0.08). Recipes state only what
-differs from them, the CPU demo included (``train/cpu_demo.yaml``, ``eval/cpu_demo.yaml``).
+Defaults are the paper's main setting (Sec. 4.1: 16 frames at 224 px, LARS lr 3.2 at batch 256 for the CNNs:
+the backbone's optimizer and its setting, from their tables; RAD k=5 with lambda in [0.1, 0.5], the appearance
+warm-up on the first 20% of epochs, hard negatives beta=0.01, alpha=1.5; fine-tuning 100 epochs, LARS 0.08).
+Recipes state only what differs from them, the CPU demo included (``train/cpu_demo.yaml``, ``eval/cpu_demo.yaml``).
 
 Checking: every field is checked when a config is built (``__post_init__``, so also by
 ``dataclasses.replace``), by its annotation plus the rules in its ``metadata``: ``choices``,
@@ -335,10 +335,16 @@ class PretrainConfig:
     proj_hidden: int = rule(2048, ge=1, help="Hidden size of the projection head.")
     epochs: int = rule(200, ge=1, help="Training epochs.")
     batch_size: int = rule(256, ge=1, help="GLOBAL batch size in videos (split over ranks).")
-    lr: float = rule(3.2, gt=0, help="Learning rate at batch 256 (scaled linearly).")
-    lr_warmup_epochs: float = rule(10.0, ge=0, help="Linear learning-rate warm-up epochs.")
-    weight_decay: float = rule(1e-6, ge=0, help="Weight decay (none on BN and bias).")
-    optimizer: str = rule("lars", help="Optimizer.")  # a row of moquad.train.optimizers.OPTIMIZERS
+    # the optimizer and its three settings: None = the backbone row's optimizer, and that optimizer's pre-training
+    # setting (lars: the paper's); settled in ONE place, moquad.train.optimizers.pretrain_optimizer
+    lr: float | None = rule(None, gt=0, help="Learning rate at batch 256, scaled linearly (default: the optimizer's "
+                            "pre-training setting).")
+    lr_warmup_epochs: float | None = rule(None, ge=0, help="Linear learning-rate warm-up epochs (default: the "
+                                          "optimizer's pre-training setting).")
+    weight_decay: float | None = rule(None, ge=0, help="Weight decay, none on norms and biases (default: the "
+                                      "optimizer's pre-training setting).")
+    optimizer: str | None = rule(None, help="Optimizer (default: the backbone's: lars for the CNNs, adamw_vit for "
+                                 "the transformers).")  # a row of moquad.train.optimizers.OPTIMIZERS
     temperature: float = rule(0.1, gt=0, help="Softmax temperature tau.")
     # p: share of epochs trained with the appearance task (Eq. 3)
     warmup_ratio: float = rule(0.2, ge=0, le=1, help="Share of epochs on the appearance task (Alg. 1).")
@@ -472,9 +478,9 @@ class MotionConfig:
     data: str = rule("", help="Shard folder of `moquad preprocess`.")
     out: str = rule("motion", help="Folder for motion.json, motion.txt and motion.png.")
     split: str | None = rule(None, help="Manifest split to measure (default: test, else val / validation, else train).")
-    frames: int | None = rule(None, ge=1, help="Frames per clip (default: the first checkpoint's pre-training clip, "
-                              "else 16).")
-    size: int | None = rule(None, ge=8, help="Crop size (default: the first checkpoint's, else 112).")
+    frames: int | None = rule(None, ge=1, help="Frames per clip (default: the first moquad encoder's pre-training "
+                              "clip, else the first encoder's native clip, its backbone's).")
+    size: int | None = rule(None, ge=8, help="Crop size (default: as --frames, from the same encoder's clip).")
     dilation: int = rule(1, ge=1, help="Frame step of the 1x clip (2x and 4x double and quadruple it).")
     max_videos: int | None = rule(None, ge=1, help="Measure a seeded random subset of at most this many videos.")
     pair: tuple[str, ...] | None = rule(None, help="A class pair differing only by direction, 'A|B' (repeatable); built-in "

@@ -1,5 +1,6 @@
 """How a config is resolved for a command: defaults < recipe < named flags < ``--set``, then every setting
-that names a row of an extension-point table checked against that table.
+that names a row of an extension-point table checked against that table, and the settings a row fills when left
+unset filled (:data:`SETTLE`: pre-training's optimizer and its setting, from the backbone's row).
 
 The dataclasses and the rules each field checks by itself (types, bounds, fixed choices) live in
 :mod:`moquad.config`, at the bottom of the package: every stage imports it. The tables a setting
@@ -11,7 +12,7 @@ row is a valid setting at once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,7 +36,7 @@ from moquad.preprocess.datasets import DATASETS
 from moquad.preprocess.engines import ENGINES
 from moquad.recipes import load_recipe
 from moquad.train.methods import METHODS
-from moquad.train.optimizers import OPTIMIZERS
+from moquad.train.optimizers import OPTIMIZERS, pretrain_optimizer
 
 T = TypeVar("T")
 
@@ -54,6 +55,10 @@ CHOICES: dict[tuple[type, str], Mapping[str, Any]] = {
     (LinearConfig, "optimizer"): OPTIMIZERS,
     (FinetuneConfig, "optimizer"): OPTIMIZERS,
 }
+
+
+# config class -> the settings a table row fills when they are left unset (the backbone's optimizer and its setting)
+SETTLE: dict[type, Callable[[Any], Any]] = {PretrainConfig: lambda cfg: pretrain_optimizer(cfg)[0]}
 
 
 # config class -> (what its recipes are, the commands that take them, their stage folder): a recipe of another
@@ -116,4 +121,4 @@ def resolve(cfg: T, recipe: str | Path | None, overrides: dict[str, Any], sets: 
     cfg = update(cfg, given)
     cfg = update(cfg, parse_sets(cfg, sets)) if sets else cfg
     check_choices(cfg)
-    return cfg
+    return SETTLE[type(cfg)](cfg) if type(cfg) in SETTLE else cfg

@@ -45,7 +45,7 @@ from moquad.train.losses import Projections
 from moquad.train.methods import METHODS, Stage, resolve
 from moquad.train.momentum import MomentumEncoder, Online, gather_keys
 from moquad.train.momentum import build as build_momentum
-from moquad.train.optimizers import make_optimizer
+from moquad.train.optimizers import make_optimizer, pretrain_optimizer
 from moquad.train.schedule import lr_schedule, stage_per_epoch
 
 
@@ -168,6 +168,7 @@ def pretrain(cfg: PretrainConfig, *, tensorboard: bool = True, progress: bool = 
 
 def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress: bool) -> Trainer:
     """Data, model, optimizer, schedule, resume and logging of a run (one named step each)."""
+    cfg, optimizer_line = pretrain_optimizer(cfg)  # the backbone's optimizer and its setting, unless set
     world, rank, device = info.world_size, info.rank, info.device
     if cfg.batch_size <= 0 or cfg.batch_size % world:
         raise ValueError(f"batch_size {cfg.batch_size} (global) must be a positive multiple of the {world} processes")
@@ -195,6 +196,7 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
     start = checkpoint.resume(cfg, run / "checkpoints" / "last.pt", model, optimizer, spe, checksum, momentum)
     if main:
         report()
+        print(optimizer_line, flush=True)
         if cfg.resume:
             print(checkpoint.resume_message(run / "checkpoints" / "last.pt", start, spe, cfg.epochs), flush=True)
     # ------------------------------------------------------------ distributed
