@@ -46,7 +46,7 @@ def knn_classify(q: np.ndarray | torch.Tensor, g: np.ndarray | torch.Tensor, nn:
     Each query's k nearest gallery videos vote for their class with weight exp(cosine / t); classes
     rank by total vote; top-1 / top-5 = the query's class is the best / among the 5 best. As DINO:
     cosine on L2-normalised features (k, t: ``EvalConfig.knn_k`` / ``knn_t``, DINO's 20 and 0.07). Where this differs from DINO: the k
-    neighbours are ``nn`` (the exact order and tie rule of :func:`nearest`; DINO: ``torch.topk``,
+    neighbours are ``nn`` (the exact order and tie rule of ``moquad.nearest``; DINO: ``torch.topk``,
     ties unspecified); similarities are float64; equal class scores rank the lower label first
     (DINO: unspecified); a class with no vote never counts (DINO's top-5 can count a zero-score class
     when fewer than 5 classes are voted); weights are exp((s - max s) / t), the same ranking without

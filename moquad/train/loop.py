@@ -133,7 +133,9 @@ class Trainer:
 
 
 def pretrain(cfg: PretrainConfig, *, tensorboard: bool = True, progress: bool = True) -> Path:
-    """Pre-train and return the final checkpoint (``RUN/checkpoints/last.pt``)."""
+    """Pre-train as ``moquad pretrain`` does and return the final checkpoint (``RUN/checkpoints/last.pt``, RUN
+    being ``cfg.out``); ``cfg.resume`` continues the run in RUN. ``tensorboard``: also write TensorBoard logs;
+    ``progress``: show the progress bar (a line per epoch when the output is not a terminal)."""
     info = dist.init(cfg.device)
     try:
         with dist.on_main(lock.hold(cfg.out, "pretrain"), info.device), preempt.watch():
