@@ -337,7 +337,7 @@ class PretrainConfig:
     method: str = rule("moquad", help="simclr is the ladder's base (MoQuad's sampling and loss, no quadruple parts); "
                        "simclr_classic: two clips at one dilation, NT-Xent; moco: momentum encoder and queue; "
                        "moco_moquad: MoQuad on moco.")  # moquad.train.methods.METHODS
-    backbone: str = rule("r3d_18", help="Video encoder (moquad.models.BACKBONES).")
+    backbone: str = rule("r3d_18", help="Video encoder.")
     # moquad.models.backbones.INPUTS; THE default of a model's input, read by every place that builds one
     model_input: str = rule("rgb", help="What the backbone sees (diff: frame differences).")
     proj_dim: int = rule(128, ge=1, help="Output size of the projection head.")

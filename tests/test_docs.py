@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -136,13 +137,92 @@ def test_cli_reference_is_every_commands_help(site):
 
 
 def test_api_reference_documents_every_public_name(site):
-    """docs/api.md is generated from ``moquad._API``: every public name is rendered from its docstring."""
+    """docs/api.md is generated from ``moquad._API``: every public name has its section, under its public name."""
     html = (site / "api.html").read_text()
-    for name, target in moquad._API.items():
-        module, attr = target.split(":")
-        assert f'id="{module}.{attr}"' in html, name
+    for name in moquad._API:
+        assert f'id="moquad.{name}"' in html, name
     assert ":func:" not in html  # Sphinx roles are shown as code
     assert "Eq. 1" in html and "make_loader" in html
+
+
+def _api_sections(site: Path) -> dict[str, str]:
+    """The API page cut at each public name's heading: name -> its HTML up to the next heading."""
+    html = (site / "api.html").read_text()
+    marks = [(m.start(), m.group(1)) for m in re.finditer(r'<h[23] id="(?:moquad\.)?([\w.-]+)"', html)]
+    return {name: html[start:end] for (start, name), (end, _) in zip(marks, [*marks[1:], (len(html), "")])}
+
+
+def _text(html: str) -> str:
+    """The text of some HTML on one line; a table row reads ``| cell | cell |``."""
+    html = re.sub(r"<tr[^>]*>", " | ", re.sub(r"</t[dh]>", " | ", html))
+    html = re.sub(r"<br>|</(?:p|h\d|div|dt|dd|li|pre)>", " ", html)
+    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", "", html))).replace("| |", "|")
+
+
+def _rows(html: str) -> dict[str, list[str]]:
+    """The body rows of the HTML tables in ``html``: first cell's text -> the other cells' texts."""
+    rows = {}
+    for tr in re.findall(r"<tr>(.*?)</tr>", html, flags=re.S):
+        cells = [_text(c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", tr, flags=re.S)]
+        if cells:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_api_page_lists_every_setting_of_the_config_classes(site):
+    """Each public config class is a table of ALL its settings (nested ones dotted): name, type, default and the
+    help written on the field, as the dataclass holds them; a table's choices are its rows."""
+    import dataclasses
+
+    from moquad.config import type_hints
+
+    sections = _api_sections(site)
+    for name in ("LoaderConfig", "PretrainConfig", "EvalConfig", "PreprocessConfig"):
+        cls, rows = getattr(moquad, name), _rows(sections[name])
+
+        def check(cls: type, prefix: str = "") -> None:
+            defaults = cls()
+            for f in dataclasses.fields(cls):
+                value = getattr(defaults, f.name)
+                if dataclasses.is_dataclass(value) and type(value).__name__ not in moquad._API:
+                    check(type(value), f"{prefix}{f.name}.")
+                    continue
+                assert prefix + f.name in rows, (name, prefix + f.name)
+                if dataclasses.is_dataclass(value):
+                    continue
+                (kind, default), help_text = rows[prefix + f.name][0].rsplit(" = ", 1), rows[prefix + f.name][1]
+                hint = type_hints(cls)[f.name]
+                assert kind == (hint.__name__ if isinstance(hint, type) else str(hint)), (f.name, kind)
+                if f.default is not dataclasses.MISSING:
+                    assert default == repr(f.default), (f.name, default)
+                assert " ".join(f.metadata["help"].replace("`", "").split()) in help_text, f.name
+
+        check(cls)
+    assert "a row of moquad.METHODS: moquad, simclr" in _text(sections["PretrainConfig"])
+
+
+def test_api_page_shows_public_names_and_tables_from_their_rows(site):
+    """Signatures under their public names (``moquad.quadruple_views(cfg: LoaderConfig)``, not ``quadruple(``), each
+    table with one row per entry, and no name a reader cannot look up (private names, internal module paths)."""
+    import importlib
+
+    from test_api import internal_names
+
+    sections = _api_sections(site)
+    for name, target in moquad._API.items():
+        module, attr = target.split(":")
+        obj = getattr(importlib.import_module(module), attr)
+        text = _text(sections[name])
+        if isinstance(obj, dict):
+            for key in obj:
+                assert f"| {key} |" in text, (name, key)
+        elif not isinstance(obj, type):
+            assert f"moquad.{name}(" in text, name
+            if attr != name:
+                assert not re.search(rf"(?<![\w.]){attr}\(", text), name
+    page = _text((site / "api.html").read_text().split('<article', 1)[1].split("</article>")[0])
+    page = re.sub(r"\w+\.\w+\(|[\w/]*\.py", " ", page)  # methods (``torch.topk(``), files
+    assert not internal_names(page), internal_names(page)
 
 
 def test_readme_is_a_front_page_whose_numbers_are_on_the_docs_pages():
