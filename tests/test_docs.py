@@ -169,35 +169,36 @@ def _rows(html: str) -> dict[str, list[str]]:
     return rows
 
 
-def test_api_page_lists_every_setting_of_the_config_classes(site):
-    """Each public config class is a table of ALL its settings (nested ones dotted): name, type, default and the
-    help written on the field, as the dataclass holds them; a table's choices are its rows."""
+def _check_settings(rows: dict[str, list[str]], cls: type, prefix: str = "") -> None:
+    """Each setting of config class ``cls`` is a row of ``rows``: ``type = default`` as the dataclass holds them,
+    then the field's help; a nested config that is not a public name is expanded (``linear.epochs``)."""
     import dataclasses
 
     from moquad.config import type_hints
 
+    defaults = cls()
+    for f in dataclasses.fields(cls):
+        value, key = getattr(defaults, f.name), prefix + f.name
+        if dataclasses.is_dataclass(value) and type(value).__name__ not in moquad._API:
+            _check_settings(rows, type(value), f"{key}.")
+            continue
+        assert key in rows, (cls.__name__, key)
+        if dataclasses.is_dataclass(value):
+            continue
+        (kind, default), help_text = rows[key][0].rsplit(" = ", 1), rows[key][1]
+        hint = type_hints(cls)[f.name]
+        assert kind == (hint.__name__ if isinstance(hint, type) else str(hint)), (key, kind)
+        if f.default is not dataclasses.MISSING:
+            assert default == repr(f.default), (key, default)
+        assert " ".join(f.metadata["help"].replace("`", "").split()) in help_text, key
+
+
+def test_api_page_lists_every_setting_of_the_config_classes(site):
+    """Each public config class is a table of ALL its settings (nested ones dotted): name, type, default and the
+    help written on the field, as the dataclass holds them; a table's choices are its rows."""
     sections = _api_sections(site)
     for name in ("LoaderConfig", "PretrainConfig", "EvalConfig", "PreprocessConfig"):
-        cls, rows = getattr(moquad, name), _rows(sections[name])
-
-        def check(cls: type, prefix: str = "") -> None:
-            defaults = cls()
-            for f in dataclasses.fields(cls):
-                value = getattr(defaults, f.name)
-                if dataclasses.is_dataclass(value) and type(value).__name__ not in moquad._API:
-                    check(type(value), f"{prefix}{f.name}.")
-                    continue
-                assert prefix + f.name in rows, (name, prefix + f.name)
-                if dataclasses.is_dataclass(value):
-                    continue
-                (kind, default), help_text = rows[prefix + f.name][0].rsplit(" = ", 1), rows[prefix + f.name][1]
-                hint = type_hints(cls)[f.name]
-                assert kind == (hint.__name__ if isinstance(hint, type) else str(hint)), (f.name, kind)
-                if f.default is not dataclasses.MISSING:
-                    assert default == repr(f.default), (f.name, default)
-                assert " ".join(f.metadata["help"].replace("`", "").split()) in help_text, f.name
-
-        check(cls)
+        _check_settings(_rows(sections[name]), getattr(moquad, name))
     assert "a row of moquad.METHODS: moquad, simclr" in _text(sections["PretrainConfig"])
 
 
