@@ -256,13 +256,14 @@ def _recipe_option(stage: str) -> inspect.Parameter:
 
 
 def config_command(app: typer.Typer, name: str, cls: type, flags: Sequence[Flag | str], *, epilog: str,
-                   stage: str | None = None, check: Callable[[Any], None] | None = None
-                   ) -> Callable[[Callable[..., Any]], Any]:
+                   stage: str | None = None, check: Callable[[Any], None] | None = None,
+                   start: Callable[[Any], Any | None] | None = None) -> Callable[[Callable[..., Any]], Any]:
     """Register ``body(cfg, **own)`` as command ``name`` of ``app``. Its options, in this order: ``flags``
     (:class:`Flag` for a config setting, ``RECIPE`` for ``--recipe`` of ``stage``, the name of one of the body's
     own options to place it), the body's other own options, ``--set`` and ``--print-config``. The config:
-    defaults < recipe < flags < ``--set`` (:func:`moquad.settings.resolve`); ``--print-config`` prints it,
-    else ``check(cfg)`` (paths the command reads) and the body run."""
+    defaults < recipe < flags < ``--set`` (:func:`moquad.settings.resolve`); ``start(cfg)``, when it gives a
+    config, replaces the defaults (``pretrain --resume``: the run's own settings, flags still over them);
+    ``--print-config`` prints the result, else ``check(cfg)`` (paths the command reads) and the body run."""
 
     def wrap(body: Callable[..., Any]) -> Any:
         own = {p.name: p.replace(kind=_KW) for p in list(inspect.signature(body, eval_str=True).parameters.values())[1:]}
@@ -279,7 +280,11 @@ def config_command(app: typer.Typer, name: str, cls: type, flags: Sequence[Flag 
             given = {k: v for k, v in given.items() if v is not RESET}
             named_recipe = kw.pop("recipe", None)
             recipe = _recipe(named_recipe, stage or "")
-            cfg = settings.resolve(cls(), recipe, given, [*resets, *(kw.pop("sets") or ())])
+            sets = [*resets, *(kw.pop("sets") or ())]
+            cfg = settings.resolve(cls(), recipe, given, sets)
+            base = start(cfg) if start is not None else None
+            if base is not None:
+                cfg = settings.resolve(base, recipe, given, sets)
             if named_recipe and "recipe" in {f.name for f in dataclasses.fields(cls)}:  # results record it
                 cfg = dataclasses.replace(cfg, recipe=named_recipe)
             if _printed(cfg, kw.pop("print_config")):

@@ -362,7 +362,8 @@ class PretrainConfig:
     steps_per_epoch: int | None = rule(None, ge=1, help="Override batches per epoch (none: videos // global batch).")
     ckpt_every: int = rule(500, ge=1, help="Checkpoint every N steps.")
     log_every: int = rule(1, ge=1, help="Log every N steps.")
-    resume: bool = rule(False, help="Continue from OUT/checkpoints/last.pt.")
+    resume: bool = rule(False, help="Continue the run in OUT from OUT/checkpoints/last.pt (a setting changed since "
+                        "is refused, but for devices, workers, logging and checkpoint intervals).")
     seed: int = rule(0, ge=0, help="Seed for model init and data order.")
     device: str = rule("auto", choices=DEVICES, help="Where to train.")
     loader: LoaderConfig = field(default_factory=LoaderConfig)

@@ -82,3 +82,93 @@ def test_evaluating_a_dataset_without_a_test_split_repeats_the_fix(tmp_path):
     line = _one_error(runner.invoke(app, ["retrieve", "--data", str(data), "--checkpoint", str(ckpt), "--train-split",
                                           "val"]))
     assert "no manifest for split 'val'" in line and "available: train" in line
+
+
+# ----------------------------------------------------------------------------- --resume
+
+
+def _printed(*args: str) -> dict:
+    import yaml
+
+    result = runner.invoke(app, [*map(str, args), "--print-config"])
+    assert result.exit_code == 0, result.output
+    return yaml.safe_load(result.output)
+
+
+def test_resume_starts_from_the_runs_own_settings_and_flags_still_override(tmp_path):
+    """``--out RUN --resume`` is the run's ``config.yaml`` (its recipe's batch, not the default 256), a flag or
+    ``--set`` still applies over it, and without ``--resume`` (or without a run there) the defaults stand."""
+    from moquad import config as C
+
+    run = tmp_path / "run"
+    run.mkdir()
+    C.save(C.PretrainConfig(data=str(tmp_path / "data"), out=str(run), backbone="tiny", batch_size=8, lr=0.05,
+                            loader=C.LoaderConfig(frames=4, size=32)), run / "config.yaml")
+    got = _printed("pretrain", "--out", run, "--resume")
+    assert (got["data"], got["backbone"], got["batch_size"], got["lr"], got["loader"]["size"], got["resume"]) == (
+        str(tmp_path / "data"), "tiny", 8, 0.05, 32, True)
+    got = _printed("pretrain", "--out", run, "--resume", "--log-every", "5", "--set", "loader.workers=0")
+    assert (got["log_every"], got["loader"]["workers"], got["batch_size"]) == (5, 0, 8)
+    assert _printed("pretrain", "--data", tmp_path, "--out", run)["batch_size"] == 256  # no --resume: a new run
+    assert _printed("pretrain", "--data", tmp_path, "--out", tmp_path / "new", "--resume")["batch_size"] == 256
+    (run / "config.yaml").write_text("epochz: 3\n")
+    line = _one_error(runner.invoke(app, ["pretrain", "--out", str(run), "--resume"]))
+    assert f"cannot resume {run}: its settings ({run / 'config.yaml'}) do not load: unknown setting 'epochz' (did " \
+           "you mean epochs?)" in line
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> tuple[Path, Path]:
+    """A one-epoch run of ``moquad pretrain`` with a recipe (batch 4 of 8 coded videos), on the CPU."""
+    tmp = tmp_path_factory.mktemp("resume")
+    data = tmp / "data"
+    write_dataset(data, [(f"v{v}", coded_video(v, 12, 24, 24), v % 2) for v in range(8)], videos_per_shard=4)
+    recipe = tmp / "tiny.yaml"
+    recipe.write_text("backbone: tiny\nproj_dim: 8\nproj_hidden: 16\nepochs: 1\nbatch_size: 4\nlr: 0.05\n"
+                      "device: cpu\nloader:\n  frames: 4\n  size: 16\n  dilations: [1, 2]\n  workers: 0\n")
+    run = tmp / "run"
+    result = runner.invoke(app, ["pretrain", "--data", str(data), "--out", str(run), "--recipe", str(recipe)])
+    assert result.exit_code == 0, result.output
+    return data, run
+
+
+def test_resume_continues_a_recipe_run_with_its_settings(trained_run):
+    """After a run with a recipe, ``--resume`` with only --data and --out continues it (here: nothing left to
+    train) instead of failing on the default batch of 256 videos."""
+    data, run = trained_run
+    result = runner.invoke(app, ["pretrain", "--data", str(data), "--out", str(run), "--resume"])
+    assert result.exit_code == 0, result.output
+    assert f"resuming from {run / 'checkpoints' / 'last.pt'} at step 2 of 2: all 1 epochs are done" in result.output
+
+
+def test_resume_with_a_changed_setting_is_refused_in_one_line(trained_run):
+    data, run = trained_run
+    line = _one_error(runner.invoke(app, ["pretrain", "--out", str(run), "--resume", "--lr", "0.5"]))
+    assert line == (f"error: cannot resume {run / 'checkpoints' / 'last.pt'}: settings changed (lr: 0.05 -> 0.5); "
+                    "use the original settings or a new --out")
+
+
+# ----------------------------------------------------------------------------- did you mean
+
+
+@pytest.mark.parametrize("args, guess", [
+    (["pretrain", "--data", "{tmp}", "--set", "loader.dilation=1,4"], "'loader.dilation' (did you mean loader.dilations?)"),
+    (["pretrain", "--data", "{tmp}", "--set", "dilation=1,4"], "'dilation' (did you mean loader.dilations?)"),
+    (["pretrain", "--data", "{tmp}", "--set", "epoch=3"], "'epoch' (did you mean epochs?)"),
+    (["retrieve", "--data", "{tmp}", "--checkpoint", "{tmp}/c.pt", "--set", "knnk=5"], "'knnk' (did you mean knn_k?)"),
+    (["pretrain", "--data", "{tmp}", "--recipe", "{tmp}/r.yaml"], "'lr_warmup' (did you mean lr_warmup_epochs?)"),
+])
+def test_an_unknown_setting_says_which_one_was_meant(tmp_path, args, guess):
+    """A typo in a setting names the setting it most likely meant, before the list of every valid one."""
+    (tmp_path / "r.yaml").write_text("lr_warmup: 3\n")
+    line = _one_error(runner.invoke(app, [a.format(tmp=tmp_path) for a in args] + ["--print-config"]))
+    assert f"unknown setting {guess}; valid: " in line
+
+
+def test_no_guess_when_nothing_is_close():
+    from moquad import config as C
+    from moquad.settings import did_you_mean
+
+    cfg = C.PretrainConfig()
+    assert [did_you_mean(cfg, k) for k in ("nope", "epochs.x", "loader.seeds", "Epochs")] == [
+        None, None, "loader.seed", "epochs"]
