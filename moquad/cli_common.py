@@ -184,6 +184,7 @@ class Flag:
     decls: tuple[str, ...] = ()  # instead of --<field name>: "--out", "-o"; "--resume" (a switch alone)
     required: bool = False  # no default: the command needs it
     argument: bool = False  # positional
+    option: str | None = None  # a positional that may be given as this option instead (export: --checkpoint)
     also: tuple[str, ...] = ()  # settings that take the same value (pretrain --seed: loader.seed)
     alias: str | None = None  # a hidden, deprecated name that still works (preprocess --split)
     parse: Callable[[str], Any] | None = None  # text -> value (a tuple setting: default "1,4" -> (1, 4))
@@ -214,7 +215,12 @@ def _flag_parameters(cls: type, flag: Flag) -> list[inspect.Parameter]:
     text = flag_help(cls, flag.key, flag.help, show_default=not (flag.required or flag.argument))
     if flag.also:
         text = text.replace(" (default: ", f" Also sets {', '.join(flag.also)}. (default: ", 1)
-    if flag.argument:
+    if flag.argument and flag.option:  # either the positional or the option: one of them is needed
+        params = [inspect.Parameter(flag.param, _KW, annotation=tp | None, default=typer.Argument(
+                      None, help=f"{text} Or give it as {flag.option}.", show_default=False)),
+                  inspect.Parameter(flag.param + "__option", _KW, annotation=tp | None, default=typer.Option(
+                      None, flag.option, help=f"The same as the argument {flag.param.upper()}.", show_default=False))]
+    elif flag.argument:
         params = [inspect.Parameter(flag.param, _KW, default=typer.Argument(..., help=text), annotation=tp)]
     else:
         option = typer.Option(... if flag.required else None, *decls, help=text, metavar=metavar)
@@ -225,6 +231,16 @@ def _flag_parameters(cls: type, flag: Flag) -> list[inspect.Parameter]:
     return params
 
 
+def _argument_or_option(flag: Flag, argument: Any, option: Any) -> Any:
+    """The value of a positional that may also be given as ``flag.option``: one of them, or both alike."""
+    name = flag.param.upper()
+    if argument is not None and option is not None and argument != option:
+        raise C.ConfigError(flag.key, "", f"{name} {argument} and {flag.option} {option} differ; give one of them")
+    if argument is None and option is None:
+        raise C.ConfigError(flag.key, "", f"missing {name} (or {flag.option} {name})")
+    return argument if argument is not None else option
+
+
 RESET = "none"  # an optional setting's flag given ``none``: back to None (its documented meaning), as --set does
 
 
@@ -232,6 +248,8 @@ def _flag_values(cls: type, flag: Flag, kw: dict[str, Any]) -> dict[str, Any]:
     """The settings ``flag`` gives (popped from the command's keywords ``kw``); None: not given, :data:`RESET`:
     given as ``none`` (an optional setting set to None)."""
     value = kw.pop(flag.param)
+    if flag.argument and flag.option:
+        value = _argument_or_option(flag, value, kw.pop(flag.param + "__option"))
     alias = kw.pop(flag.param + "__alias", None) if flag.alias else None
     if None not in (value, alias) and value != alias:
         new = "--" + flag.param.replace("_", "-")

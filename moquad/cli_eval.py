@@ -145,7 +145,8 @@ def cam(
 
 
 @config_command(app, "export", C.ExportConfig, (
-    Flag("checkpoint", argument=True), Flag("format"), Flag("out", decls=("--out", "-o"), required=True)),
+    Flag("checkpoint", argument=True, option="--checkpoint"), Flag("format"),
+    Flag("out", decls=("--out", "-o"), required=True)),
     epilog="Example: moquad export runs/moquad/checkpoints/last.pt --format torchvision --out r3d18.pt, then "
     "model = torchvision.models.video.r3d_18(); model.fc = torch.nn.Identity(); "
     "model.load_state_dict(torch.load('r3d18.pt')); model card: r3d18.json. --format torchvision fits "

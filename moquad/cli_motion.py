@@ -9,11 +9,12 @@ import typer
 
 from moquad import config as C
 from moquad.cli_common import Flag, _need_dir, config_command
+from moquad.errors import MoquadError
 from moquad.models.backbones import TORCHVISION_ARCHS
 
 app = typer.Typer()
 
-MOTION_FLAGS = ("encoders", Flag("data", required=True), *map(Flag, ("out", "split", "frames", "size", "dilation",
+MOTION_FLAGS = ("encoders", "checkpoint", Flag("data", required=True), *map(Flag, ("out", "split", "frames", "size", "dilation",
                 "max_videos")), Flag("pair", multiple=True),
                 *map(Flag, ("knn_k", "seed", "batch_size", "workers", "device", "threads")))
 
@@ -47,11 +48,17 @@ def _warn_clip(encoders: list, cfg: C.MotionConfig) -> None:
     "and motion.png)"))
 def motion(
     cfg: C.MotionConfig,
-    encoders: list[str] = typer.Argument(..., help="Encoders, each [LABEL=][ARCH:]PATH: a moquad checkpoint "
+    encoders: list[str] = typer.Argument(None, help="Encoders, each [LABEL=][ARCH:]PATH: a moquad checkpoint "
                                          "(RUN/checkpoints/last.pt), an exported .safetensors, or ARCH:WEIGHTS for a "
-                                         f"torchvision video model (ARCH: {', '.join(TORCHVISION_ARCHS)})."),
+                                         f"torchvision video model (ARCH: {', '.join(TORCHVISION_ARCHS)}).",
+                                         show_default=False),
+    checkpoint: list[str] = typer.Option(None, "--checkpoint", help="An encoder as ENCODERS takes it, repeatable; "
+                                         "reported after those given as arguments.", show_default=False),
 ) -> None:
     """Motion report: arrow of time, speed, mirror, appearance share and direction pairs of frozen encoders."""
+    encoders = [*(encoders or ()), *(checkpoint or ())]
+    if not encoders:
+        raise MoquadError("motion needs at least one encoder: RUN/checkpoints/last.pt as an argument or --checkpoint")
     _need_dir(cfg.data, "data folder", "pass the --out folder of `moquad preprocess`")
     from moquad.eval.motion import load_encoder, motion_report, parse_pair, write_report
 

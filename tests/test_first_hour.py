@@ -172,3 +172,35 @@ def test_no_guess_when_nothing_is_close():
     cfg = C.PretrainConfig()
     assert [did_you_mean(cfg, k) for k in ("nope", "epochs.x", "loader.seeds", "Epochs")] == [
         None, None, "loader.seed", "epochs"]
+
+
+# ----------------------------------------------------------------------------- --checkpoint everywhere
+
+
+def test_every_command_that_reads_a_checkpoint_takes_checkpoint_option():
+    """retrieve and linear require ``--checkpoint``, so every command that reads one accepts it: export (also
+    positional, as before) and motion (its encoders, also positional) too."""
+    import typer
+
+    group = typer.main.get_command(app)
+    readers = []
+    for name in group.list_commands(None):
+        params = group.get_command(None, name).params
+        if any(p.name in ("checkpoint", "encoders") for p in params):
+            readers.append(name)
+            assert any("--checkpoint" in p.opts for p in params), name
+    assert {"extract", "retrieve", "linear", "finetune", "cam", "export", "motion"} <= set(readers)
+
+
+def test_export_takes_the_checkpoint_either_way(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    for i, how in enumerate((["--checkpoint", str(ckpt)], [str(ckpt)], [str(ckpt), "--checkpoint", str(ckpt)])):
+        out = tmp_path / f"tiny{i}.safetensors"
+        result = runner.invoke(app, ["export", *how, "--format", "safetensors", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert out.stat().st_size > 0 and out.with_suffix(".json").is_file()
+    line = _one_error(runner.invoke(app, ["export", str(ckpt), "--checkpoint", str(tmp_path / "b.pt"), "--out",
+                                          str(tmp_path / "x.safetensors")]))
+    assert line == f"error: CHECKPOINT {ckpt} and --checkpoint {tmp_path / 'b.pt'} differ; give one of them"
+    line = _one_error(runner.invoke(app, ["export", "--out", str(tmp_path / "x.safetensors")]))
+    assert line == "error: missing CHECKPOINT (or --checkpoint CHECKPOINT)"
