@@ -89,7 +89,7 @@ def extract(cfg: C.EvalConfig, split: str = typer.Option("test", help="Split to 
 def retrieve(cfg: C.EvalConfig, json: str | None = _json_option()) -> None:
     """Nearest-neighbour retrieval (the test split queries the train split; hit@k for k in ks) and weighted-kNN
     accuracy. The clip is the checkpoint's pre-training clip unless --frames/--size/--dilation or a recipe set it."""
-    _wrote(run("retrieve", cfg, json_path=json), json)
+    _wrote(run("retrieve", cfg, json_path=json, overwrite=True), json)  # a command's run replaces its result
 
 
 @protocol_command("linear", "Examples: moquad linear --data /data/shards/ucf101 --checkpoint "
@@ -102,7 +102,7 @@ def linear(cfg: C.EvalConfig, fast: bool = typer.Option(True, "--fast/--full", h
     """Linear probe on the frozen backbone (its weights and BN statistics are checked unchanged).
 
     --full is the paper's protocol with --recipe eval/linear_<dataset>.yaml (32-frame clips, as the paper's)."""
-    _wrote(run("linear", cfg, fast=fast, json_path=json), json)
+    _wrote(run("linear", cfg, fast=fast, json_path=json, overwrite=True), json)
 
 
 @protocol_command("finetune", "Examples: moquad finetune --data /data/shards/ucf101 --checkpoint "

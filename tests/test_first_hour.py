@@ -204,3 +204,46 @@ def test_export_takes_the_checkpoint_either_way(tmp_path):
     assert line == f"error: CHECKPOINT {ckpt} and --checkpoint {tmp_path / 'b.pt'} differ; give one of them"
     line = _one_error(runner.invoke(app, ["export", "--out", str(tmp_path / "x.safetensors")]))
     assert line == "error: missing CHECKPOINT (or --checkpoint CHECKPOINT)"
+
+
+# ----------------------------------------------------------------------------- Python calls and result files
+
+
+def test_python_calls_never_silently_replace_a_commands_result_and_can_be_quiet(tmp_path, capsys):
+    """``moquad retrieve`` wrote RUN/eval/retrieval.json; ``moquad.retrieve(ev)`` refuses to replace it (before any
+    work) and says how, ``overwrite=True`` replaces it, ``quiet=True`` prints no table; the same for linear. A
+    command run again still replaces its own result, as it says."""
+    import json
+
+    from test_features import make_tiny_dataset
+
+    import moquad
+    from moquad.errors import MoquadError
+
+    data = make_tiny_dataset(tmp_path / "data", {"train": 6, "test": 4}, frames=8)
+    ckpt = make_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    small = ["--num-clips", "1", "--frames", "4", "--size", "32", "--set", "workers=0", "--set", "ks=1,5",
+             "--device", "cpu"]
+    result = runner.invoke(app, ["retrieve", "--data", str(data), "--checkpoint", str(ckpt), *small])
+    assert result.exit_code == 0, result.output
+    written = tmp_path / "run" / "eval" / "retrieval.json"
+    before = written.read_bytes()
+    ev = moquad.EvalConfig(data=str(data), checkpoint=str(ckpt), num_clips=1, frames=4, size=32, workers=0, ks=(1, 5),
+                           device="cpu")
+    capsys.readouterr()
+    with pytest.raises(MoquadError) as e:
+        moquad.retrieve(ev)
+    assert str(e.value) == (f"{written} exists (a result written earlier); pass overwrite=True to replace it, or set "
+                            "EvalConfig.out to write the result elsewhere")
+    assert written.read_bytes() == before
+    res = moquad.retrieve(ev, quiet=True, overwrite=True)
+    assert capsys.readouterr().out == ""  # no table
+    assert json.loads(written.read_text())["top1"] == res["top1"] == json.loads(before)["top1"]
+    moquad.linear(ev, quiet=True)
+    assert capsys.readouterr().out == "" and (tmp_path / "run" / "eval" / "linear_fast.json").is_file()
+    with pytest.raises(MoquadError, match="linear_fast.json exists"):
+        moquad.linear(ev)
+    moquad.linear(ev, overwrite=True)
+    assert "linear probe (linear_fast)" in capsys.readouterr().out  # not quiet: the tables
+    result = runner.invoke(app, ["retrieve", "--data", str(data), "--checkpoint", str(ckpt), *small])
+    assert result.exit_code == 0 and f"wrote {written}" in result.output

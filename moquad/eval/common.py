@@ -217,6 +217,17 @@ def _test_split(cfg: EvalConfig, task: str) -> Split:
                       f"test split: {NO_TEST_SPLIT_FIX} (or pass --test-split with a split it has)")
 
 
+def result_path(cfg: EvalConfig, name: str, overwrite: bool) -> Path:
+    """Where a protocol writes its result ``name`` (the evaluation folder: ``cfg.out``, else ``RUN/eval``). One
+    that exists is replaced only with ``overwrite`` (the commands pass it: running one again replaces its result
+    and says where it wrote), so a Python call never silently replaces a result; asked before the work starts."""
+    path = out_dir(cfg) / name
+    if path.exists() and not overwrite:
+        raise MoquadError(f"{path} exists (a result written earlier); pass overwrite=True to replace it, or set "
+                          "EvalConfig.out to write the result elsewhere")
+    return path
+
+
 def labelled_splits(cfg: EvalConfig, task: str) -> tuple[Split, Split]:
     """The (train, test) splits ``cfg`` names, each with labelled videos; else the error a user acts on
     (a protocol over 0 labelled videos gives no number, e.g. SSv2's unlabelled test split)."""
