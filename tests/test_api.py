@@ -191,3 +191,24 @@ def test_every_setting_of_the_public_configs_has_help():
 
     for cls in (moquad.LoaderConfig, PretrainConfig, EvalConfig, moquad.PreprocessConfig):
         assert not missing(cls), (cls.__name__, missing(cls))
+
+
+def test_the_python_page_covers_every_public_name():
+    """docs/python.md's task table names every public name (``moquad.NAME``): the page a user writes code from."""
+    page = PYTHON_PAGE.read_text()
+    missing = [name for name in moquad.__all__ if f"moquad.{name}" not in page]
+    assert not missing, missing
+
+
+def test_the_python_pages_data_section_runs(tmp_path, monkeypatch, capsys):
+    """"Data from Python": make_synth, then preprocess_dataset, then a Split of the shards, at toy size."""
+    block = python_blocks(PYTHON_PAGE)[4]
+    for old, new in {"classes=4, per_class=8, size=64, frames=48": "classes=2, per_class=3, size=32, frames=16",
+                     "short_side=128, workers=4": "short_side=32, workers=1"}.items():
+        assert old in block, f"docs/python.md changed: update this test's settings ({old})"
+        block = block.replace(old, new)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, str(PYTHON_PAGE), "exec"), {"__name__": "python_page"})  # noqa: S102
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2] == "{'test': 4, 'train': 2}"  # synth's UCF101 layout: whole groups go to the test split
+    assert lines[-1] == "2 ['Translate' 'Rotate'] (2, 32, 32, 3)"
