@@ -416,5 +416,24 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     return markdown
 
 
+PUBLIC_CODE = re.compile(r"(<a\b[^>]*>)?<code>(moquad\.(\w+)\b[^<]*)</code>")
+
+
+def link_public_names(html: str, api_url: str) -> str:
+    """Inline code that names a public name (``moquad.make_loader``, ``moquad.make_loader(DATA, ...)``) links to
+    its section of the API page; code already inside a link, and code blocks, stay as they are."""
+    import moquad
+
+    def link(m: re.Match) -> str:
+        if m.group(1) or m.group(3) not in moquad._API:
+            return m.group(0)
+        return f'<a href="{api_url}#moquad.{m.group(3)}"><code>{m.group(2)}</code></a>'
+
+    return PUBLIC_CODE.sub(link, html)
+
+
 def on_page_content(html: str, page, config, files) -> str:
+    api = files.get_file_from_path("api.md")
+    if api is not None:
+        html = link_public_names(html, api.url_relative_to(page.file))
     return ROLE.sub(r"\1", html)
