@@ -254,7 +254,10 @@ def config_rows(cls: type, public: PublicNames, prefix: str = "") -> list[str]:
 
 def config_reference(public_name: str, cls: type, public: PublicNames) -> str:
     header = ["| setting | type = default | what it sets |", "|---|---|---|"]
-    return (f"{doc_markdown(cls.__doc__)}\n\nBuilt with keyword arguments, one per setting "
+    from moquad.config import SETTINGS_DOC
+
+    summary_doc = (cls.__doc__ or "").split(SETTINGS_DOC)[0]  # the settings themselves: the table below
+    return (f"{doc_markdown(summary_doc)}\n\nBuilt with keyword arguments, one per setting "
             f"(`moquad.{public_name}(frames=16, ...)` style); every setting is checked when the config is built, "
             "and by `dataclasses.replace`. A bad value is a `ValueError` naming the setting.\n\n"
             + "\n".join(header + config_rows(cls, public)) + "\n")

@@ -247,7 +247,8 @@ DEVICES = ("auto", "cpu", "cuda")
 class PreprocessConfig:
     """Stage 1: raw videos -> tar shards + Parquet manifests."""
 
-    dataset: str = rule("folder", help="Dataset adapter (layouts below).")  # a row of preprocess.datasets.DATASETS
+    # a row of preprocess.datasets.DATASETS
+    dataset: str = rule("folder", help="Dataset adapter (the layout each reads: `moquad preprocess --help`).")
     root: str = rule("", help="Dataset root (videos and annotation files).")
     out: str = rule("", help="Output folder (or s3://, gs:// URL) for shards and manifests.")
     # ucf101 / hmdb51: which numbered official train/test split (flag --official-split; not a manifest split)
@@ -501,3 +502,31 @@ class MotionConfig:
 
     def __post_init__(self) -> None:
         check(self)
+
+
+# ----------------------------------------------------------------------------- help()
+
+SETTINGS_DOC = "Settings (keyword arguments, each checked when the config is built):"
+
+
+def settings_doc(cls: type) -> str:
+    """``cls``'s docstring followed by every setting's type, default and help, read from its field and rule: what
+    ``help(moquad.LoaderConfig)`` prints (the API page renders the same fields as a table)."""
+    import inspect
+
+    hints, lines = type_hints(cls), [inspect.cleandoc(cls.__doc__ or ""), "", SETTINGS_DOC]
+    for f in fields(cls):
+        tp = hints[f.name]
+        kind = tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
+        default = f" = {f.default!r}" if f.default is not dataclasses.MISSING else ""
+        text = f.metadata.get("help") or (f"The settings of {kind}." if is_dataclass(tp) else "")
+        bounds = [f"{w} {f.metadata[k]}" for k, w in (("ge", ">="), ("gt", ">"), ("le", "<=")) if k in f.metadata]
+        if "choices" in f.metadata:
+            bounds.append("one of " + ", ".join(map(str, f.metadata["choices"])))
+        lines += [f"  {f.name}: {kind}{default}", f"      {text}" + (f" ({'; '.join(bounds)})" if bounds else "")]
+    return "\n".join(lines)
+
+
+for _cls in (PreprocessConfig, LoaderConfig, PretrainConfig, LinearConfig, FinetuneConfig, EvalConfig, ExportConfig,
+             MotionConfig):
+    _cls.__doc__ = settings_doc(_cls)
