@@ -35,7 +35,7 @@ GROUPS = (  # (title, module prefixes): the API page's sections, in order
     ("Evaluation", ("moquad.eval", "moquad.export")),
 )
 WIDTH = "80"  # columns of the help texts: a code block of the site's content column holds ~85
-SIGNATURE_WIDTH = 88  # a longer signature is written one parameter per line
+SIGNATURE_WIDTH = 80  # a longer signature is written one parameter per line (a code block shows ~83)
 ROLE = re.compile(r":(?:py:)?(?:func|class|data|mod|meth|attr|exc|obj):(<code>)~?")
 DOC_ROLE = re.compile(r":(?:py:)?(?:func|class|data|mod|meth|attr|exc|obj):`~?([^`]+)`")
 
