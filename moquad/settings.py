@@ -102,16 +102,18 @@ def setting_names(cfg: Any, prefix: str = "") -> list[str]:
 
 
 def did_you_mean(cfg: Any, key: str) -> str | None:
-    """The setting of ``cfg`` that an unknown ``key`` most likely meant: the closest whole name (``epoch`` ->
-    ``epochs``, ``loader.dilation`` -> ``loader.dilations``), or the closest last part (``dilation`` ->
+    """The setting of ``cfg`` that an unknown ``key`` most likely meant: the closest at the same level (``epoch``
+    -> ``epochs``, ``loader.dilation`` -> ``loader.dilations``), else the closest at any level (``dilation`` ->
     ``loader.dilations``); None when nothing is close."""
     names = [n for n in setting_names(cfg) if not key.startswith(n + ".")]  # epochs.x: epochs has no sub-settings
-    whole = difflib.get_close_matches(key, names, n=1, cutoff=0.7)
-    if whole:
-        return whole[0]
-    last = {name.rsplit(".", 1)[-1]: name for name in reversed(names)}  # a top-level name wins a tie
-    part = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(last), n=1, cutoff=0.8)
-    return last[part[0]] if part else None
+    parent, _, leaf = key.rpartition(".")
+    siblings = {n.rpartition(".")[2]: n for n in names if n.rpartition(".")[0] == parent}
+    near = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.7)  # the same level: loader.dilation
+    if near:
+        return siblings[near[0]]
+    last = {n.rpartition(".")[2]: n for n in reversed(names)}  # any level (a top-level name wins a tie): dilation
+    near = difflib.get_close_matches(leaf, list(last), n=1, cutoff=0.8)
+    return last[near[0]] if near else None
 
 
 def with_suggestion(cfg: Any, e: ConfigError) -> ConfigError:

@@ -111,6 +111,8 @@ def test_resume_starts_from_the_runs_own_settings_and_flags_still_override(tmp_p
     assert (got["log_every"], got["loader"]["workers"], got["batch_size"]) == (5, 0, 8)
     assert _printed("pretrain", "--data", tmp_path, "--out", run)["batch_size"] == 256  # no --resume: a new run
     assert _printed("pretrain", "--data", tmp_path, "--out", tmp_path / "new", "--resume")["batch_size"] == 256
+    line = _one_error(runner.invoke(app, ["pretrain", "--out", str(tmp_path / "new")]))  # a new run needs data
+    assert line == "error: pretrain needs --data DIR, the --out folder of `moquad preprocess`"
     (run / "config.yaml").write_text("epochz: 3\n")
     line = _one_error(runner.invoke(app, ["pretrain", "--out", str(run), "--resume"]))
     assert f"cannot resume {run}: its settings ({run / 'config.yaml'}) do not load: unknown setting 'epochz' (did " \
@@ -170,8 +172,8 @@ def test_no_guess_when_nothing_is_close():
     from moquad.settings import did_you_mean
 
     cfg = C.PretrainConfig()
-    assert [did_you_mean(cfg, k) for k in ("nope", "epochs.x", "loader.seeds", "Epochs")] == [
-        None, None, "loader.seed", "epochs"]
+    assert [did_you_mean(cfg, k) for k in ("nope", "loader.nope", "epochs.x", "loader.seeds", "Epochs")] == [
+        None, None, None, "loader.seed", "epochs"]
 
 
 # ----------------------------------------------------------------------------- --checkpoint everywhere
