@@ -102,7 +102,7 @@ CAM_FLAGS = protocol_flags("cam", ("video",), {
     "checkpoint": Flag("checkpoint", required=True),
     "data": Flag("data", help="Shard folder (needed when VIDEO is a video_id)."),
     "out": Flag("out", decls=("--eval-dir",), help="Folder of `moquad finetune` results (to find its classifier).")})
-MOTION_FLAGS = protocol_flags("motion", ("encoders",), {"pair": Flag("pair", multiple=True)})
+MOTION_FLAGS = protocol_flags("motion", ("encoders", "checkpoint"), {"pair": Flag("pair", multiple=True)})
 
 
 @protocol_command("extract", "Examples: moquad extract --data /data/shards/ucf101 --checkpoint "
@@ -120,7 +120,7 @@ def extract(cfg: C.EvalConfig, split: str = typer.Option("test", help="Split to 
 def retrieve(cfg: C.EvalConfig, json: str | None = _json_option()) -> None:
     """Nearest-neighbour retrieval (the test split queries the train split; hit@k for k in ks) and weighted-kNN
     accuracy. The clip is the checkpoint's pre-training clip unless --frames/--size/--dilation or a recipe set it."""
-    _wrote(run("retrieve", cfg, json_path=json), json)
+    _wrote(run("retrieve", cfg, json_path=json, overwrite=True), json)  # a command's run replaces its result
 
 
 @protocol_command("linear", "Examples: moquad linear --data /data/shards/ucf101 --checkpoint "
@@ -133,7 +133,7 @@ def linear(cfg: C.EvalConfig, fast: bool = typer.Option(True, "--fast/--full", h
     """Linear probe on the frozen backbone (its weights and BN statistics are checked unchanged).
 
     --full is the paper's protocol with --recipe eval/linear_<dataset>.yaml (32-frame clips, as the paper's)."""
-    _wrote(run("linear", cfg, fast=fast, json_path=json), json)
+    _wrote(run("linear", cfg, fast=fast, json_path=json, overwrite=True), json)
 
 
 @protocol_command("finetune", "Examples: moquad finetune --data /data/shards/ucf101 --checkpoint "
@@ -164,7 +164,8 @@ def cam(
 
 
 @config_command(app, "export", C.ExportConfig, (
-    Flag("checkpoint", argument=True), Flag("format"), Flag("out", decls=("--out", "-o"), required=True)),
+    Flag("checkpoint", argument=True, option="--checkpoint"), Flag("format"),
+    Flag("out", decls=("--out", "-o"), required=True)),
     epilog="Example: moquad export runs/moquad/checkpoints/last.pt --format torchvision --out r3d18.pt, then "
     "model = torchvision.models.video.r3d_18(); model.fc = torch.nn.Identity(); "
     "model.load_state_dict(torch.load('r3d18.pt')); model card: r3d18.json. --format torchvision fits "
@@ -189,12 +190,18 @@ def export(cfg: C.ExportConfig) -> None:
                   "runs/motion  (writes motion.json, motion.txt and motion.png)", MOTION_FLAGS)
 def motion(
     cfg: C.MotionConfig,
-    encoders: list[str] = typer.Argument(..., help="Encoders, each [LABEL=][ARCH:]PATH: a moquad checkpoint "
+    encoders: list[str] = typer.Argument(None, help="Encoders, each [LABEL=][ARCH:]PATH: a moquad checkpoint "
                                          "(RUN/checkpoints/last.pt), an exported .safetensors, or ARCH:WEIGHTS for a "
                                          f"torchvision video model (ARCH: {', '.join(TORCHVISION_ARCHS)}), run at "
-                                         "its backbone's native clip unless a moquad encoder or a flag sets one."),
+                                         "its backbone's native clip unless a moquad encoder or a flag sets one.",
+                                         show_default=False),
+    checkpoint: list[str] = typer.Option(None, "--checkpoint", help="An encoder as ENCODERS takes it, repeatable; "
+                                         "reported after those given as arguments.", show_default=False),
 ) -> None:
     """Motion report: arrow of time, speed, mirror, appearance share and direction pairs of frozen encoders."""
+    encoders = [*(encoders or ()), *(checkpoint or ())]
+    if not encoders:
+        raise MoquadError("motion needs at least one encoder: RUN/checkpoints/last.pt as an argument or --checkpoint")
     result = run("motion", cfg, encoders=encoders)
     json_path = Path(result["json"])
     typer.echo(f"wrote {json_path}, {json_path.with_suffix('.txt')} and {result['png']} ({result['seconds']:.0f} s)")

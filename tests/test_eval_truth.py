@@ -180,7 +180,8 @@ def test_export_card_never_carries_a_stale_number(trained, tmp_path):
     assert card["results"]["retrieval"]["top1"] == first["top1"]
     assert card["results"]["retrieval"]["protocol"]["clip"]["size"] == 32
     # re-evaluated at another protocol, the result elsewhere (--json): the card follows the NEW result
-    second = run("retrieve", _cfg(data, ckpt, size=48, num_clips=1), json_path=tmp_path / "elsewhere.json")
+    second = run("retrieve", _cfg(data, ckpt, size=48, num_clips=1), json_path=tmp_path / "elsewhere.json",
+                 overwrite=True)
     card = _card(ckpt, tmp_path, "b")["results"]["retrieval"]
     assert card["protocol"]["clip"]["size"] == 48 and card["protocol"]["views"]["clips"] == 1
     assert card["top1"] == second["top1"] and card["knn_top1"] == second["knn_top1"]

@@ -290,7 +290,10 @@ def parse_spec(spec: str) -> tuple[str, str, str | None, Path]:
 
 
 def load_encoder(spec: str) -> Encoder:
-    """The frozen backbone a spec names (:func:`parse_spec`), in eval mode."""
+    """The frozen backbone a spec ``[LABEL=][ARCH:]PATH`` names, in eval mode: a moquad checkpoint
+    (``RUN/checkpoints/last.pt``), an exported ``.safetensors``, or ``ARCH:WEIGHTS`` for a torchvision video
+    model's weights. The label (default: the run folder's name, or the file's stem) names it in the report.
+    The result has ``.label``, ``.net`` (the network: clips (N, 3, T, H, W) -> features (N, D)) and ``.info``."""
     label, kind, arch, path = parse_spec(spec)
     net, info = ENCODERS[kind](path, arch)
     return Encoder(label, net.eval(), {"kind": kind, "path": str(path.resolve()), **info})
@@ -455,8 +458,10 @@ def motion_report(data: str | Path, encoders: Sequence[Encoder], *, split: str |
                   pairs: Sequence[tuple[str, str]] = (), knn_k: int = 10, seed: int = 0, batch_size: int = 16,
                   workers: int = 0, device: str = "cpu", show: bool = True, threads: int | None = None
                   ) -> dict[str, Any]:
-    """Features of every encoder under every transform -> the result (protocol, per-encoder measures).
-    ``threads``: CPU threads of torch while it runs (1 on a busy box: small ops wait less at barriers)."""
+    """The motion report of ``encoders`` (from ``moquad.load_encoder``) on a split of ``data``: features of every
+    encoder under every transform -> the result (protocol, per-encoder measures); ``moquad.write_report`` writes
+    it. ``show``: print the table. ``threads``: CPU threads of torch while it runs (1 on a busy box: small ops wait
+    less at barriers)."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
     try:

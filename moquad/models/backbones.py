@@ -198,8 +198,8 @@ DEFAULT_INPUT: str = PretrainConfig.model_input
 
 
 def build_backbone(name: str, model_input: str = DEFAULT_INPUT) -> tuple[nn.Module, int]:
-    """Return ``(module, feature_dim)`` for a backbone name of :data:`BACKBONES` reading ``model_input``
-    (:data:`INPUTS`); the feature size is the row's."""
+    """Return ``(module, feature_dim)`` for a backbone name of ``moquad.BACKBONES`` reading ``model_input``
+    (``rgb``, or ``diff``: frame differences; ``PretrainConfig.model_input``); the feature size is the row's."""
     if name not in BACKBONES:
         raise ValueError(f"unknown backbone {name!r}; choose one of {', '.join(BACKBONES)}")
     if model_input not in INPUTS:
