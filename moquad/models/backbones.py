@@ -157,7 +157,7 @@ BACKBONES: dict[str, Backbone] = {
     "s3d": Backbone(_s3d, "torchvision S3D (global average pool)", 1024, (16, 224), torchvision=TorchvisionNames(
         "", ("classifier.1.weight", "classifier.1.bias"),
         "model.classifier = torch.nn.Identity(); model.avgpool = torch.nn.AdaptiveAvgPool3d(1)")),
-    "r3d_50": Backbone(_r3d_50, "CVRL's 3D ResNet-50 (moquad.models.r3d50)", 2048, (16, 224)),  # CVRL's clip
+    "r3d_50": Backbone(_r3d_50, "CVRL's 3D ResNet-50", 2048, (16, 224)),  # CVRL's clip
     # torchvision's Kinetics weights: 224 px, clip_len 32 (Swin3D_T_Weights' docs). CAM: the tokens of the last
     # stage, after its LayerNorm: exactly what the average pool reads
     "swin3d_t": Backbone(_swin3d_t, "torchvision Video Swin-T (shifted-window attention, 28 M parameters)", 768,
