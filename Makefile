@@ -26,7 +26,7 @@ test-kernels: setup
 	$(BIN)/python tests/kernels.py
 
 lint: setup
-	$(BIN)/ruff check moquad tests benchmarks
+	$(BIN)/ruff check moquad tests benchmarks experiments
 
 bench: setup
 	$(BIN)/python benchmarks/bench_preprocess.py
@@ -40,7 +40,7 @@ bench: setup
 BUDGET ?= 540
 OUT ?= docs/gpu
 gpu-campaign:
-	PYTHONUNBUFFERED=1 python3 benchmarks/gpu_campaign.py --budget-s $(BUDGET) --out $(OUT) $(if $(JOBS),--jobs $(JOBS))
+	PYTHONUNBUFFERED=1 python3 experiments/gpu_campaign.py --budget-s $(BUDGET) --out $(OUT) $(if $(JOBS),--jobs $(JOBS))
 
 clean:
 	rm -rf runs .pytest_cache site

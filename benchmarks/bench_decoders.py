@@ -91,21 +91,13 @@ if __name__ == "__main__":
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_loader  # noqa: E402
-from bench_loader import K400_LIKE, build_dataset, pyav_frames, run_decode_bound, run_loader  # noqa: E402
-from bench_preprocess import cpu_seconds  # noqa: E402
+from benchdata import K400_LIKE, REAL, build_dataset, cpu_seconds, pyav_frames, run_decode_bound, run_loader  # noqa: E402
 
 from moquad.config import LoaderConfig, PreprocessConfig  # noqa: E402
 from moquad.data.augment import apply_views  # noqa: E402
 from moquad.data.store import Split  # noqa: E402
 
 clock = time.process_time
-# ../shared/data/real-videos of the first folder above this file that has it (a git worktree sits one level deeper)
-REAL = next((p / "shared" / "data" / "real-videos" for p in Path(__file__).resolve().parents
-             if (p / "shared" / "data" / "real-videos").is_dir()), bench_loader.REAL)
-bench_loader.REAL = REAL  # build_dataset copies its clips from there
 OTHER_REAL = sorted(p.name for p in REAL.iterdir() if p.suffix in (".mp4", ".avi", ".mkv")
                     and p.name not in K400_LIKE) if REAL.is_dir() else []
 TINY = ["part_0.mp4"]  # a 1 s K400-like h264 clip, 8 copies: one batch

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import resource
 import statistics
 import subprocess
 import sys
@@ -39,13 +38,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+from benchdata import REAL, cpu_seconds
 
 from moquad.config import PreprocessConfig
 from moquad.data.store import decode_frames
 from moquad.preprocess import transcode as T
 from moquad.preprocess.run import preprocess
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real-videos"
 GOAL = 1.10  # the whole command's CPU core-time per video vs a bare ffmpeg decode (issue 32)
 
 
@@ -64,12 +63,6 @@ def bare_decode(files: list[Path], sizes: dict[Path, tuple[int, int]] | None = N
         scale = ["-vf", f"scale={sizes[f][0]}:{sizes[f][1]}:flags=area"] if sizes else []
         subprocess.run([T.ffmpeg_exe(), "-nostdin", "-v", "error", "-threads", "1", "-i", str(f), "-map", "0:v:0",
                         *scale, "-filter_threads", "1", "-f", "null", "-"], check=True)
-
-
-def cpu_seconds() -> float:
-    """CPU seconds of this process and its waited-for children (ffmpeg, the pool's workers) so far."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def raw_frames(path: Path, short_side: int, pix_fmt: str = "rgb24") -> np.ndarray:

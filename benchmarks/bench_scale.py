@@ -32,7 +32,6 @@ import multiprocessing as mp
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -47,9 +46,7 @@ from moquad.config import LoaderConfig
 from moquad.data.epoch_plan import EpochPlan
 from moquad.data.pipeline import RunLoader, make_loader
 from moquad.data.store import CHECKSUM_COLUMNS, MANIFEST_SCHEMA, Split, manifest_checksum, read_manifest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from fixtures import write_frames  # noqa: E402  (the product's shard writer, as the tests use it)
+from moquad.preprocess.frames import write_frames  # the product's writer of frames made in memory
 
 CLASSES = [f"class_{c:03d}" for c in range(400)]
 CFG = LoaderConfig(frames=4, size=32, dilations=(1, 2), appearance_op="rad_inter", donors_per_sample=1, rad_k=2)

@@ -19,11 +19,11 @@ import time
 import torch
 
 from moquad.config import PretrainConfig
-from moquad.models import BACKBONES, build_model
+from moquad.models import build_model
 from moquad.train.loop import forward_loss
 from moquad.train.methods import METHODS
 from moquad.train.momentum import build as build_momentum
-from moquad.train.optimizers import make_optimizer
+from moquad.train.optimizers import make_optimizer, pretrain_optimizer
 
 ROWS = ("simclr", "moquad", "moco", "moco_moquad")  # rows of METHODS, timed at their main (last) stage
 QUAD = ("anchor", "positive", "intra_negative", "intra_negative")
@@ -31,10 +31,9 @@ QUAD = ("anchor", "positive", "intra_negative", "intra_negative")
 
 def _setup(backbone: str, method: str, batch: int, frames: int, size: int, device: str):
     torch.manual_seed(0)
-    cfg = PretrainConfig(backbone=backbone, queue_size=4096)
+    cfg, _ = pretrain_optimizer(PretrainConfig(backbone=backbone, queue_size=4096))  # the backbone's optimizer
     model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden).to(device).train()
-    transformer = BACKBONES[backbone].tokens is not None
-    opt = make_optimizer(model, "adamw_vit" if transformer else "lars", 1e-4 if transformer else 0.1, 1e-6)
+    opt = make_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay)
     m = METHODS[method]
     momentum = build_momentum(m.momentum, model, cfg) if m.momentum is not None else None
     roles = QUAD if method.endswith("moquad") else QUAD[:2]

@@ -14,15 +14,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from moquad import objstore  # noqa: E402
+from moquad import objstore
 
 
 def previous_upload(local: Path, url: str) -> None:

@@ -51,12 +51,17 @@ _API: dict[str, str] = {
     "quadruple_views": "moquad.data.views:quadruple",  # the plans a method's stages name (loss names the same)
     "speed_pair_views": "moquad.data.views:speed_pair",
     "fixed_pair_views": "moquad.data.views:fixed_pair",
+    "APPEARANCE_OPS": "moquad.data.ops:APPEARANCE_OPS",
+    "MOTION_OPS": "moquad.data.ops:MOTION_OPS",
+    "FLIP_POLICIES": "moquad.data.ops:FLIP_POLICIES",
+    "DATASETS": "moquad.preprocess.datasets:DATASETS",
     # the method
     "METHODS": "moquad.train.methods:METHODS",
     "moquad_loss": "moquad.train.losses:moquad_loss",
     "appearance_loss": "moquad.train.losses:appearance_loss",
     "nt_xent_loss": "moquad.train.losses:nt_xent_loss",
     "momentum_loss": "moquad.train.losses:momentum_loss",
+    "OPTIMIZERS": "moquad.train.optimizers:OPTIMIZERS",
     "BACKBONES": "moquad.models.backbones:BACKBONES",
     "build_backbone": "moquad.models.backbones:build_backbone",
     "build_model": "moquad.models.model:build_model",
@@ -96,4 +101,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_API})
+    """The public names only (what ``dir(moquad)`` and tab completion show): ``__version__`` and ``_API``'s."""
+    return sorted(__all__)

@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 from moquad import config as C
+from moquad import settings
 from moquad.cli_common import (
     RECIPE,
     Flag,
@@ -26,6 +27,7 @@ from moquad.cli_common import (
     flag_help,
     global_options,
 )
+from moquad.errors import MoquadError
 from moquad.preprocess.datasets import DATASETS
 from moquad.quickstart import quickstart as run_quickstart
 from moquad.synth import make_synth
@@ -203,24 +205,46 @@ def recipes(stage: str | None = typer.Option(None, help="Only this stage's recip
 
 
 PRETRAIN_FLAGS = (
-    Flag("data", required=True), Flag("split"), Flag("out"), RECIPE,
+    Flag("data"), Flag("split"), Flag("out"), RECIPE,
     *map(Flag, ("method", "backbone", "model_input", "proj_dim", "proj_hidden", "epochs", "batch_size", "lr",
                 "lr_warmup_epochs", "weight_decay", "optimizer", "temperature", "warmup_ratio", "hard_beta",
                 "hard_alpha", "momentum", "queue_size")),
     *(Flag("loader." + k) for k in ("frames", "size", "appearance_op", "motion_ops", "ad_pos", "intra_neg",
                                     "ad_intra_neg", "workers")),
     Flag("loader.augment_on_device", decls=("--augment-on-device/--augment-on-cpu",)),
-    *map(Flag, ("steps_per_epoch", "ckpt_every", "log_every", "sync_bn")), Flag("resume", decls=("--resume",)),
+    *map(Flag, ("steps_per_epoch", "ckpt_every", "log_every", "sync_bn")),
+    Flag("resume", decls=("--resume",), help="Continue the run in --out from its last checkpoint, with the run's own "
+         "settings (OUT/config.yaml); flags and --set still apply over them, and one that changes what the run "
+         "trained is refused."),
     Flag("seed", also=("loader.seed",)), Flag("device"))
 
 
-@config_command(app, "pretrain", C.PretrainConfig, PRETRAIN_FLAGS, stage="train", epilog=(
+def _resumed(cfg: C.PretrainConfig) -> C.PretrainConfig | None:
+    """``--resume``: the settings the run in ``cfg.out`` was trained with (its ``config.yaml``), the config that
+    the recipe, flags and ``--set`` then apply over; None for a new run."""
+    saved = Path(cfg.out) / "config.yaml"
+    if not cfg.resume or not saved.is_file():
+        return None
+    import yaml
+
+    try:
+        return C.update(C.PretrainConfig(), yaml.safe_load(saved.read_text()) or {})
+    except (C.ConfigError, yaml.YAMLError) as e:
+        why = settings.with_suggestion(C.PretrainConfig(), e) if isinstance(e, C.ConfigError) else e
+        raise C.ConfigError("resume", "", f"cannot resume {cfg.out}: its settings ({saved}) do not load: "
+                            f"{' '.join(str(why).split())}; use a new --out") from None
+
+
+@config_command(app, "pretrain", C.PretrainConfig, PRETRAIN_FLAGS, stage="train", start=_resumed, epilog=(
     "Examples: moquad pretrain --data /data/shards/ucf101 --recipe ucf101_r3d18_moquad_dagger  |  "
     "moquad pretrain --data data/shards --recipe train/cpu_demo.yaml --method moquad --out runs/moquad  |  "
     "moquad pretrain --data data/shards --backbone tiny --size 64 --set loader.dilations=1,4 --set loader.grayscale=0  |  "
+    "moquad pretrain --out runs/moquad --resume  (continues the run with its own settings)  |  "
     "torchrun --nnodes 4 --nproc-per-node 8 ... -m moquad.cli pretrain --data ... --recipe ..."))
 def pretrain(cfg: C.PretrainConfig) -> None:
     """Pre-train a video encoder with MoQuad (or the SimCLR baseline) from shards; any setting: --set KEY=VALUE."""
+    if not cfg.data:
+        raise MoquadError("pretrain needs --data DIR, the --out folder of `moquad preprocess`")
     _need_dir(cfg.data, "data folder", "run `moquad preprocess` first and pass its --out folder")
     from moquad.train.loop import pretrain as run_pretrain
 
@@ -267,9 +291,6 @@ def quickstart(
 from moquad import cli_eval  # noqa: E402  (stage 3 lives in its own module)
 
 app.registered_commands[-1:-1] = cli_eval.app.registered_commands  # evaluation commands before quickstart
-from moquad import cli_motion  # noqa: E402  (the motion report)
-
-app.registered_commands[-1:-1] = cli_motion.app.registered_commands  # after evaluation, before quickstart
 
 
 def main() -> None:

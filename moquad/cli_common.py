@@ -184,6 +184,7 @@ class Flag:
     decls: tuple[str, ...] = ()  # instead of --<field name>: "--out", "-o"; "--resume" (a switch alone)
     required: bool = False  # no default: the command needs it
     argument: bool = False  # positional
+    option: str | None = None  # a positional that may be given as this option instead (export: --checkpoint)
     also: tuple[str, ...] = ()  # settings that take the same value (pretrain --seed: loader.seed)
     alias: str | None = None  # a hidden, deprecated name that still works (preprocess --split)
     parse: Callable[[str], Any] | None = None  # text -> value (a tuple setting: default "1,4" -> (1, 4))
@@ -214,7 +215,12 @@ def _flag_parameters(cls: type, flag: Flag) -> list[inspect.Parameter]:
     text = flag_help(cls, flag.key, flag.help, show_default=not (flag.required or flag.argument))
     if flag.also:
         text = text.replace(" (default: ", f" Also sets {', '.join(flag.also)}. (default: ", 1)
-    if flag.argument:
+    if flag.argument and flag.option:  # either the positional or the option: one of them is needed
+        params = [inspect.Parameter(flag.param, _KW, annotation=tp | None, default=typer.Argument(
+                      None, help=f"{text} Or give it as {flag.option}.", show_default=False)),
+                  inspect.Parameter(flag.param + "__option", _KW, annotation=tp | None, default=typer.Option(
+                      None, flag.option, help=f"The same as the argument {flag.param.upper()}.", show_default=False))]
+    elif flag.argument:
         params = [inspect.Parameter(flag.param, _KW, default=typer.Argument(..., help=text), annotation=tp)]
     else:
         option = typer.Option(... if flag.required else None, *decls, help=text, metavar=metavar)
@@ -225,6 +231,16 @@ def _flag_parameters(cls: type, flag: Flag) -> list[inspect.Parameter]:
     return params
 
 
+def _argument_or_option(flag: Flag, argument: Any, option: Any) -> Any:
+    """The value of a positional that may also be given as ``flag.option``: one of them, or both alike."""
+    name = flag.param.upper()
+    if argument is not None and option is not None and argument != option:
+        raise C.ConfigError(flag.key, "", f"{name} {argument} and {flag.option} {option} differ; give one of them")
+    if argument is None and option is None:
+        raise C.ConfigError(flag.key, "", f"missing {name} (or {flag.option} {name})")
+    return argument if argument is not None else option
+
+
 RESET = "none"  # an optional setting's flag given ``none``: back to None (its documented meaning), as --set does
 
 
@@ -232,6 +248,8 @@ def _flag_values(cls: type, flag: Flag, kw: dict[str, Any]) -> dict[str, Any]:
     """The settings ``flag`` gives (popped from the command's keywords ``kw``); None: not given, :data:`RESET`:
     given as ``none`` (an optional setting set to None)."""
     value = kw.pop(flag.param)
+    if flag.argument and flag.option:
+        value = _argument_or_option(flag, value, kw.pop(flag.param + "__option"))
     alias = kw.pop(flag.param + "__alias", None) if flag.alias else None
     if None not in (value, alias) and value != alias:
         new = "--" + flag.param.replace("_", "-")
@@ -256,13 +274,14 @@ def _recipe_option(stage: str) -> inspect.Parameter:
 
 
 def config_command(app: typer.Typer, name: str, cls: type, flags: Sequence[Flag | str], *, epilog: str,
-                   stage: str | None = None, check: Callable[[Any], None] | None = None
-                   ) -> Callable[[Callable[..., Any]], Any]:
+                   stage: str | None = None, check: Callable[[Any], None] | None = None,
+                   start: Callable[[Any], Any | None] | None = None) -> Callable[[Callable[..., Any]], Any]:
     """Register ``body(cfg, **own)`` as command ``name`` of ``app``. Its options, in this order: ``flags``
     (:class:`Flag` for a config setting, ``RECIPE`` for ``--recipe`` of ``stage``, the name of one of the body's
     own options to place it), the body's other own options, ``--set`` and ``--print-config``. The config:
-    defaults < recipe < flags < ``--set`` (:func:`moquad.settings.resolve`); ``--print-config`` prints it,
-    else ``check(cfg)`` (paths the command reads) and the body run."""
+    defaults < recipe < flags < ``--set`` (:func:`moquad.settings.resolve`); ``start(cfg)``, when it gives a
+    config, replaces the defaults (``pretrain --resume``: the run's own settings, flags still over them);
+    ``--print-config`` prints the result, else ``check(cfg)`` (paths the command reads) and the body run."""
 
     def wrap(body: Callable[..., Any]) -> Any:
         own = {p.name: p.replace(kind=_KW) for p in list(inspect.signature(body, eval_str=True).parameters.values())[1:]}
@@ -279,7 +298,11 @@ def config_command(app: typer.Typer, name: str, cls: type, flags: Sequence[Flag 
             given = {k: v for k, v in given.items() if v is not RESET}
             named_recipe = kw.pop("recipe", None)
             recipe = _recipe(named_recipe, stage or "")
-            cfg = settings.resolve(cls(), recipe, given, [*resets, *(kw.pop("sets") or ())])
+            sets = [*resets, *(kw.pop("sets") or ())]
+            cfg = settings.resolve(cls(), recipe, given, sets)
+            base = start(cfg) if start is not None else None
+            if base is not None:
+                cfg = settings.resolve(base, recipe, given, sets)
             if named_recipe and "recipe" in {f.name for f in dataclasses.fields(cls)}:  # results record it
                 cfg = dataclasses.replace(cfg, recipe=named_recipe)
             if _printed(cfg, kw.pop("print_config")):

@@ -1,9 +1,11 @@
-"""The evaluation commands of the ``moquad`` CLI (stage 3): extract, retrieve, linear, finetune, cam, export.
+"""The evaluation commands of the ``moquad`` CLI (stage 3): extract, retrieve, linear, finetune, cam, export, motion.
 
 Registered on the main app by ``moquad.cli``; same conventions: parse options, build a config, call ONE function.
-Flags come from the configs (:func:`moquad.cli_common.config_command`): each protocol's named flags are the
-``EvalConfig`` settings its row of :data:`moquad.eval.protocols.PROTOCOLS` reads, with the help written on the
-field in :mod:`moquad.config`. Every other setting is reachable with ``--set``.
+Every protocol command is made the same way (:func:`protocol_command`) from its row of
+:data:`moquad.eval.protocols.PROTOCOLS`: ``--data``, ``--checkpoint`` when the row reads one, ``--recipe`` when its
+config has recipes, and the settings the row names as flags (:func:`moquad.cli_common.config_command`), with the
+help written on the field in :mod:`moquad.config`; a command states only its own options and where a flag is spelt
+differently. Every other setting is reachable with ``--set``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from moquad.cli_common import RECIPE, Flag, _need_dir, _need_file, config_comman
 from moquad.errors import MoquadError
 from moquad.eval.protocols import PROTOCOLS, run
 from moquad.models.backbones import TORCHVISION_ARCHS
+from moquad.settings import RECIPE_KINDS
 
 app = typer.Typer()
 
@@ -39,26 +42,44 @@ def _wrote(result: dict[str, Any], json_path: str | None) -> None:
     typer.echo(f"wrote {path} and {path.with_suffix('.txt').name}{copy}")
 
 
-def _checked(name: str) -> Callable[[C.EvalConfig], None]:
-    """The paths protocol ``name`` reads exist; a checkpoint is given unless fine-tuning starts from random init."""
+def _checked(name: str) -> Callable[[Any], None]:
+    """The paths protocol ``name`` reads exist: its data folder (when required or given) and its checkpoint (when
+    given; else one is needed when its row says so: not for fine-tuning from random init)."""
+    row = PROTOCOLS[name]
 
-    def check(cfg: C.EvalConfig) -> None:
-        _need_dir(cfg.data, "data folder", "run `moquad preprocess` first and pass its --out folder")
+    def check(cfg: Any) -> None:
+        if row.needs_data or cfg.data:
+            _need_dir(cfg.data, "data folder", "run `moquad preprocess` first and pass its --out folder")
+        if row.needs_checkpoint is None:
+            return
         if cfg.checkpoint:
             _need_file(cfg.checkpoint, "checkpoint", _CKPT_HINT)
-        elif not (name == "finetune" and cfg.finetune.init == "random"):
+        elif row.needs_checkpoint(cfg):
             raise MoquadError(f"{name} needs --checkpoint RUN/checkpoints/last.pt (a .pt written by `moquad pretrain`)")
 
     return check
 
 
-def protocol_command(name: str, epilog: str, checkpoint_help: str | None = None) -> Callable[[Callable[..., Any]], Any]:
-    """Register ``body(cfg, **own_options)`` as command ``name``: data, checkpoint, recipe, the protocol's
-    named flags (from :data:`PROTOCOLS`), the body's own options, ``--set`` and ``--print-config``."""
+def protocol_flags(name: str, first: tuple[str, ...] = (), spelt: dict[str, Flag] | None = None) -> tuple:
+    """The options of protocol ``name``'s command, from its row: the body's own options named in ``first``
+    (arguments), ``--data``, ``--checkpoint`` (rows that read one), ``--recipe`` (configs with recipes), then the
+    row's settings; ``spelt``: the flags this command spells differently (help, option name, repeated)."""
+    row, spelt = PROTOCOLS[name], spelt or {}
+    inputs = [*first, spelt.get("data", Flag("data", required=row.needs_data))]
+    if row.needs_checkpoint is not None:
+        inputs.append(spelt.get("checkpoint", Flag("checkpoint")))
+    if row.config in RECIPE_KINDS:
+        inputs.append(RECIPE)
+    return (*inputs, *(spelt.get(key, Flag(key)) for key in row.flags))
+
+
+def protocol_command(name: str, epilog: str, flags: tuple | None = None) -> Callable[[Callable[..., Any]], Any]:
+    """Register ``body(cfg, **own_options)`` as command ``name``: ``flags`` (default: :func:`protocol_flags` of
+    its row), the body's other own options, ``--set`` and ``--print-config``."""
 
     def wrap(body: Callable[..., Any]) -> Any:
         @functools.wraps(body)
-        def run_body(cfg: C.EvalConfig, **kw: Any) -> None:
+        def run_body(cfg: Any, **kw: Any) -> None:
             try:
                 body(cfg, **kw)
             finally:  # under torchrun: the gloo / NCCL group ends before the interpreter does
@@ -66,12 +87,22 @@ def protocol_command(name: str, epilog: str, checkpoint_help: str | None = None)
 
                 dist.cleanup()
 
-        flags = (Flag("data", required=True), Flag("checkpoint", help=checkpoint_help), RECIPE,
-                 *map(Flag, PROTOCOLS[name].flags))
-        config_command(app, name, C.EvalConfig, flags, epilog=epilog, stage="eval", check=_checked(name))(run_body)
+        config_command(app, name, PROTOCOLS[name].config, flags or protocol_flags(name), epilog=epilog,
+                       stage="eval", check=_checked(name))(run_body)
         return body
 
     return wrap
+
+
+# the protocol commands that spell a flag their own way
+FINETUNE_FLAGS = protocol_flags("finetune", spelt={"checkpoint": Flag(
+    "checkpoint", help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt); optional with --init random "
+    "--backbone NAME.")})
+CAM_FLAGS = protocol_flags("cam", ("video",), {
+    "checkpoint": Flag("checkpoint", required=True),
+    "data": Flag("data", help="Shard folder (needed when VIDEO is a video_id)."),
+    "out": Flag("out", decls=("--eval-dir",), help="Folder of `moquad finetune` results (to find its classifier).")})
+MOTION_FLAGS = protocol_flags("motion", ("encoders", "checkpoint"), {"pair": Flag("pair", multiple=True)})
 
 
 @protocol_command("extract", "Examples: moquad extract --data /data/shards/ucf101 --checkpoint "
@@ -89,7 +120,7 @@ def extract(cfg: C.EvalConfig, split: str = typer.Option("test", help="Split to 
 def retrieve(cfg: C.EvalConfig, json: str | None = _json_option()) -> None:
     """Nearest-neighbour retrieval (the test split queries the train split; hit@k for k in ks) and weighted-kNN
     accuracy. The clip is the checkpoint's pre-training clip unless --frames/--size/--dilation or a recipe set it."""
-    _wrote(run("retrieve", cfg, json_path=json), json)
+    _wrote(run("retrieve", cfg, json_path=json, overwrite=True), json)  # a command's run replaces its result
 
 
 @protocol_command("linear", "Examples: moquad linear --data /data/shards/ucf101 --checkpoint "
@@ -102,15 +133,14 @@ def linear(cfg: C.EvalConfig, fast: bool = typer.Option(True, "--fast/--full", h
     """Linear probe on the frozen backbone (its weights and BN statistics are checked unchanged).
 
     --full is the paper's protocol with --recipe eval/linear_<dataset>.yaml (32-frame clips, as the paper's)."""
-    _wrote(run("linear", cfg, fast=fast, json_path=json), json)
+    _wrote(run("linear", cfg, fast=fast, json_path=json, overwrite=True), json)
 
 
 @protocol_command("finetune", "Examples: moquad finetune --data /data/shards/ucf101 --checkpoint "
                   "runs/moquad/checkpoints/last.pt --recipe eval/finetune_ucf101.yaml  |  moquad finetune --data "
                   "data/shards --init random --backbone tiny --recipe eval/cpu_demo.yaml --out bound  (the supervised "
                   "bound at the demo's size)",
-                  checkpoint_help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt); optional with "
-                                  "--init random --backbone NAME.")
+                  FINETUNE_FLAGS)
 def finetune(cfg: C.EvalConfig, json: str | None = _json_option()) -> None:
     """Fine-tune the whole network; multi-clip test, per-class table and confusion matrix.
 
@@ -120,19 +150,8 @@ def finetune(cfg: C.EvalConfig, json: str | None = _json_option()) -> None:
     _wrote(run("finetune", cfg, json_path=json), json)
 
 
-def _cam_paths(cfg: C.EvalConfig) -> None:
-    _need_file(cfg.checkpoint, "checkpoint", "pass a .pt written by `moquad pretrain`")
-    if cfg.data:
-        _need_dir(cfg.data, "data folder", "pass the --out folder of `moquad preprocess`")
-
-
-@config_command(app, "cam", C.EvalConfig, (
-    "video", Flag("checkpoint", required=True), Flag("data", help="Shard folder (needed when VIDEO is a video_id)."),
-    "out", Flag("frames"), Flag("size"), "method",
-    Flag("out", decls=("--eval-dir",), help="Folder of `moquad finetune` results (to find its classifier)."),
-    Flag("device")), check=_cam_paths,
-    epilog="Example: moquad cam data/UCF-101/Fencing/v_Fencing_g01_c01.avi --data /data/shards/ucf101 "
-    "--checkpoint runs/moquad/checkpoints/last.pt --out cam.png")
+@protocol_command("cam", "Example: moquad cam data/UCF-101/Fencing/v_Fencing_g01_c01.avi --data /data/shards/ucf101 "
+                  "--checkpoint runs/moquad/checkpoints/last.pt --out cam.png", CAM_FLAGS)
 def cam(
     cfg: C.EvalConfig,
     video: str = typer.Argument(..., help="A video file, or a video_id of --data."),
@@ -145,7 +164,8 @@ def cam(
 
 
 @config_command(app, "export", C.ExportConfig, (
-    Flag("checkpoint", argument=True), Flag("format"), Flag("out", decls=("--out", "-o"), required=True)),
+    Flag("checkpoint", argument=True, option="--checkpoint"), Flag("format"),
+    Flag("out", decls=("--out", "-o"), required=True)),
     epilog="Example: moquad export runs/moquad/checkpoints/last.pt --format torchvision --out r3d18.pt, then "
     "model = torchvision.models.video.r3d_18(); model.fc = torch.nn.Identity(); "
     "model.load_state_dict(torch.load('r3d18.pt')); model card: r3d18.json. --format torchvision fits "
@@ -163,3 +183,25 @@ def export(cfg: C.ExportConfig) -> None:
     for s in json.loads(card.read_text())["eval"].get("skipped", []):
         typer.echo(f"skipped {eval_folder(cfg.checkpoint) / s['file']} (not in the card): {s['reason']}")
     typer.echo(f"wrote {weights} and its model card {card}")
+
+
+@protocol_command("motion", "Example: moquad motion --data data/shards random=runs/random/checkpoints/last.pt "
+                  "runs/simclr/checkpoints/last.pt runs/moquad/checkpoints/last.pt r3d_18:r3d_18-kinetics.pth --out "
+                  "runs/motion  (writes motion.json, motion.txt and motion.png)", MOTION_FLAGS)
+def motion(
+    cfg: C.MotionConfig,
+    encoders: list[str] = typer.Argument(None, help="Encoders, each [LABEL=][ARCH:]PATH: a moquad checkpoint "
+                                         "(RUN/checkpoints/last.pt), an exported .safetensors, or ARCH:WEIGHTS for a "
+                                         f"torchvision video model (ARCH: {', '.join(TORCHVISION_ARCHS)}), run at "
+                                         "its backbone's native clip unless a moquad encoder or a flag sets one.",
+                                         show_default=False),
+    checkpoint: list[str] = typer.Option(None, "--checkpoint", help="An encoder as ENCODERS takes it, repeatable; "
+                                         "reported after those given as arguments.", show_default=False),
+) -> None:
+    """Motion report: arrow of time, speed, mirror, appearance share and direction pairs of frozen encoders."""
+    encoders = [*(encoders or ()), *(checkpoint or ())]
+    if not encoders:
+        raise MoquadError("motion needs at least one encoder: RUN/checkpoints/last.pt as an argument or --checkpoint")
+    result = run("motion", cfg, encoders=encoders)
+    json_path = Path(result["json"])
+    typer.echo(f"wrote {json_path}, {json_path.with_suffix('.txt')} and {result['png']} ({result['seconds']:.0f} s)")

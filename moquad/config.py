@@ -5,10 +5,10 @@ options, then ``--set KEY=VALUE``, so ``--set`` wins when both name the same key
 saved next to every output (``config.yaml`` in a run folder, ``dataset.json`` for shards, the
 JSON of an evaluation) so each number can be traced to its settings.
 
-Defaults are the paper's main setting (Sec. 4.1: 16 frames at 224 px, LARS lr 3.2 at batch 256,
-RAD k=5 with lambda in [0.1, 0.5], the appearance warm-up on the first 20% of epochs, hard
-negatives beta=0.01, alpha=1.5; fine-tuning 100 epochs, LARS 0.08). Recipes state only what
-differs from them, the CPU demo included (``train/cpu_demo.yaml``, ``eval/cpu_demo.yaml``).
+Defaults are the paper's main setting (Sec. 4.1: 16 frames at 224 px, LARS lr 3.2 at batch 256 for the CNNs:
+the backbone's optimizer and its setting, from their tables; RAD k=5 with lambda in [0.1, 0.5], the appearance
+warm-up on the first 20% of epochs, hard negatives beta=0.01, alpha=1.5; fine-tuning 100 epochs, LARS 0.08).
+Recipes state only what differs from them, the CPU demo included (``train/cpu_demo.yaml``, ``eval/cpu_demo.yaml``).
 
 Checking: every field is checked when a config is built (``__post_init__``, so also by
 ``dataclasses.replace``), by its annotation plus the rules in its ``metadata``: ``choices``,
@@ -247,7 +247,8 @@ DEVICES = ("auto", "cpu", "cuda")
 class PreprocessConfig:
     """Stage 1: raw videos -> tar shards + Parquet manifests."""
 
-    dataset: str = rule("folder", help="Dataset adapter (layouts below).")  # a row of preprocess.datasets.DATASETS
+    # a row of preprocess.datasets.DATASETS
+    dataset: str = rule("folder", help="Dataset adapter (the layout each reads: `moquad preprocess --help`).")
     root: str = rule("", help="Dataset root (videos and annotation files).")
     out: str = rule("", help="Output folder (or s3://, gs:// URL) for shards and manifests.")
     # ucf101 / hmdb51: which numbered official train/test split (flag --official-split; not a manifest split)
@@ -281,12 +282,14 @@ class PreprocessConfig:
 
 @dataclass
 class LoaderConfig:
-    """How clips and views are built from shards (moquad.data)."""
+    """How clips and views are built from shards: the settings of ``moquad.make_loader`` (``PretrainConfig.loader``
+    in a pre-training run)."""
 
     frames: int = rule(16, ge=1, help="Frames per clip.")
     size: int = rule(224, ge=8, help="Crop size in pixels.")  # fed to the network
-    dilations: tuple[int, ...] = rule((1, 2, 4), ge=1)  # n and m are drawn from those that fit a video, m != n
-    simclr_dilation: int = rule(2, ge=1)  # dilation of both clips of method simclr_classic
+    dilations: tuple[int, ...] = rule((1, 2, 4), ge=1, help="Frame steps n and m are drawn from (those that fit "
+                                      "a video; m != n).")
+    simclr_dilation: int = rule(2, ge=1, help="Frame step of both clips of method simclr_classic.")
     # quadruple ablation switches (Table 4 of the paper)
     ad_pos: bool = rule(True, help="RAD on the positive.")  # False -> plain second clip at n
     intra_neg: bool = rule(True, help="Use the Intra-Neg.")  # N: clip at m != n
@@ -295,24 +298,31 @@ class LoaderConfig:
     # rows of moquad.data.ops.MOTION_OPS; each makes Intra-Negs
     motion_ops: tuple[str, ...] = rule(("speed",), help="Motion ops making Intra-Negs, comma-separated (several: one "
                                        "Intra-Neg pair each).")
-    rad_k: int = rule(5, ge=1)
-    rad_lambda: tuple[float, float] = rule((0.1, 0.5), ge=0, le=1, ordered=True)
-    donors_per_sample: int = rule(2, ge=1)  # RAD-inter donor frames read per sample (one frame each, random videos)
+    rad_k: int = rule(5, ge=1, help="RAD: the mosaic is k x k windows.")
+    rad_lambda: tuple[float, float] = rule((0.1, 0.5), ge=0, le=1, ordered=True, help="RAD: the mosaic's weight "
+                                           "lambda is drawn from this range (low, high).")
+    donors_per_sample: int = rule(2, ge=1, help="RAD-inter: donor frames read per sample (one frame each, of "
+                                  "random other videos).")
     # spatial augmentation (same for every frame of a clip, independent between clips)
-    crop_scale: tuple[float, float] = rule((0.3, 1.0), gt=0, le=1, ordered=True)
-    flip: str = "independent"  # moquad.data.ops.FLIP_POLICIES: horizontal flips per view, per video, never
-    color_jitter: float = rule(0.8, ge=0, le=1)  # probability of colour jitter
-    color_strength: float = rule(0.5, ge=0)
-    grayscale: float = rule(0.2, ge=0, le=1)  # probability of grayscale
+    crop_scale: tuple[float, float] = rule((0.3, 1.0), gt=0, le=1, ordered=True, help="Random crops cover this "
+                                           "share of the frame's area (low, high).")
+    flip: str = rule("independent", help="Horizontal flips: per view, per video (shared) or never "
+                     "(none).")  # moquad.data.ops.FLIP_POLICIES
+    color_jitter: float = rule(0.8, ge=0, le=1, help="Probability of colour jitter.")
+    color_strength: float = rule(0.5, ge=0, help="Strength of the colour jitter (SimCLR's s).")
+    grayscale: float = rule(0.2, ge=0, le=1, help="Probability of grayscale.")
     augment_on_device: bool = rule(False, help="Workers only decode; crop, flip, colour and RAD run on the GPU.")
-    decode_on_device: bool = False  # workers only read; JPEG decoding (nvJPEG) and augmentation on the GPU
-    scaled_decode: bool = True  # decode a frame at 1/2, 1/4 or 1/8 when its crops still cover `size` (libjpeg-turbo)
-    verify_checksums: bool = True  # the xxh3 (else sha256) of every sample's payload checked on read
+    decode_on_device: bool = rule(False, help="Workers only read; JPEG decoding (nvJPEG) and augmentation run on "
+                                  "the GPU.")
+    scaled_decode: bool = rule(True, help="Decode a frame at 1/2, 1/4 or 1/8 when its crops still cover the crop "
+                               "size (libjpeg-turbo).")
+    verify_checksums: bool = rule(True, help="Check every sample's payload against its manifest checksum on read.")
     # the bad-sample rule: a run stops only when an epoch's unreadable samples exceed BOTH limits
-    max_bad_fraction: float = rule(0.01, ge=0, le=1)  # ... this share of the epoch's samples
-    max_bad_count: int = rule(10, ge=0)  # ... and this many (one bad video never stops a small split)
+    max_bad_fraction: float = rule(0.01, ge=0, le=1, help="A run stops when an epoch's unreadable samples exceed "
+                                   "this share of its samples AND max_bad_count.")
+    max_bad_count: int = rule(10, ge=0, help="... and this many (one bad video never stops a small split).")
     workers: int = rule(2, ge=0, help="Data loader processes per rank.")  # DataLoader workers
-    seed: int = rule(0, ge=0)
+    seed: int = rule(0, ge=0, help="Seed of the clips, views and augmentations drawn (with the epoch).")
 
     def __post_init__(self) -> None:
         check(self)
@@ -328,17 +338,23 @@ class PretrainConfig:
     method: str = rule("moquad", help="simclr is the ladder's base (MoQuad's sampling and loss, no quadruple parts); "
                        "simclr_classic: two clips at one dilation, NT-Xent; moco: momentum encoder and queue; "
                        "moco_moquad: MoQuad on moco.")  # moquad.train.methods.METHODS
-    backbone: str = rule("r3d_18", help="Video encoder (moquad.models.BACKBONES).")
+    backbone: str = rule("r3d_18", help="Video encoder.")
     # moquad.models.backbones.INPUTS; THE default of a model's input, read by every place that builds one
     model_input: str = rule("rgb", help="What the backbone sees (diff: frame differences).")
     proj_dim: int = rule(128, ge=1, help="Output size of the projection head.")
     proj_hidden: int = rule(2048, ge=1, help="Hidden size of the projection head.")
     epochs: int = rule(200, ge=1, help="Training epochs.")
     batch_size: int = rule(256, ge=1, help="GLOBAL batch size in videos (split over ranks).")
-    lr: float = rule(3.2, gt=0, help="Learning rate at batch 256 (scaled linearly).")
-    lr_warmup_epochs: float = rule(10.0, ge=0, help="Linear learning-rate warm-up epochs.")
-    weight_decay: float = rule(1e-6, ge=0, help="Weight decay (none on BN and bias).")
-    optimizer: str = rule("lars", help="Optimizer.")  # a row of moquad.train.optimizers.OPTIMIZERS
+    # the optimizer and its three settings: None = the backbone row's optimizer, and that optimizer's pre-training
+    # setting (lars: the paper's); settled in ONE place, moquad.train.optimizers.pretrain_optimizer
+    lr: float | None = rule(None, gt=0, help="Learning rate at batch 256, scaled linearly (default: the optimizer's "
+                            "pre-training setting).")
+    lr_warmup_epochs: float | None = rule(None, ge=0, help="Linear learning-rate warm-up epochs (default: the "
+                                          "optimizer's pre-training setting).")
+    weight_decay: float | None = rule(None, ge=0, help="Weight decay, none on norms and biases (default: the "
+                                      "optimizer's pre-training setting).")
+    optimizer: str | None = rule(None, help="Optimizer (default: the backbone's: lars for the CNNs, adamw_vit for "
+                                 "the transformers).")  # a row of moquad.train.optimizers.OPTIMIZERS
     temperature: float = rule(0.1, gt=0, help="Softmax temperature tau.")
     # p: share of epochs trained with the appearance task (Eq. 3)
     warmup_ratio: float = rule(0.2, ge=0, le=1, help="Share of epochs on the appearance task (Alg. 1).")
@@ -353,7 +369,8 @@ class PretrainConfig:
     steps_per_epoch: int | None = rule(None, ge=1, help="Override batches per epoch (none: videos // global batch).")
     ckpt_every: int = rule(500, ge=1, help="Checkpoint every N steps.")
     log_every: int = rule(1, ge=1, help="Log every N steps.")
-    resume: bool = rule(False, help="Continue from OUT/checkpoints/last.pt.")
+    resume: bool = rule(False, help="Continue the run in OUT from OUT/checkpoints/last.pt (a setting changed since "
+                        "is refused, but for devices, workers, logging and checkpoint intervals).")
     seed: int = rule(0, ge=0, help="Seed for model init and data order.")
     device: str = rule("auto", choices=DEVICES, help="Where to train.")
     loader: LoaderConfig = field(default_factory=LoaderConfig)
@@ -372,11 +389,12 @@ class LinearConfig:
 
     epochs: int = rule(100, ge=1, help="Training epochs (--full).")
     lr: float = rule(0.08, gt=0, help="Learning rate (--full).")
-    optimizer: str = "lars"  # a row of moquad.train.optimizers.OPTIMIZERS
+    optimizer: str = rule("lars", help="Optimizer (--full).")  # a row of moquad.train.optimizers.OPTIMIZERS
     batch_size: int = rule(32, ge=1, help="Training clips per step (--full).")
-    weight_decay: float = rule(0.0, ge=0)  # --full
-    flip: bool = True  # --full: random horizontal flip of training clips; off for left/right-sensitive classes (SSv2)
-    l2: float = rule(1e-4, ge=0)  # --fast: L2 penalty of the logistic regression
+    weight_decay: float = rule(0.0, ge=0, help="Weight decay (--full).")
+    flip: bool = rule(True, help="Random horizontal flip of training clips (--full); off for left/right-sensitive "
+                      "classes (SSv2).")
+    l2: float = rule(1e-4, ge=0, help="L2 penalty of the logistic regression (--fast).")
 
     def __post_init__(self) -> None:
         check(self)
@@ -394,11 +412,12 @@ class FinetuneConfig:
                                 "--checkpoint optional.")
     epochs: int = rule(100, ge=1, help="Training epochs (the paper's 100; eval/cpu_demo.yaml: 60).")
     lr: float = rule(0.08, gt=0, help="Learning rate (as given, not scaled with the batch).")
-    optimizer: str = "lars"  # a row of moquad.train.optimizers.OPTIMIZERS
+    optimizer: str = rule("lars", help="Optimizer.")  # a row of moquad.train.optimizers.OPTIMIZERS
     batch_size: int = rule(32, ge=1, help="Global training batch.")  # split evenly over ranks
-    weight_decay: float = rule(1e-4, ge=0)
-    dropout: float = rule(0.5, ge=0, le=1)  # before the classifier
-    flip: bool = True  # random horizontal flip of training clips; off for left/right-sensitive classes (SSv2)
+    weight_decay: float = rule(1e-4, ge=0, help="Weight decay.")
+    dropout: float = rule(0.5, ge=0, le=1, help="Dropout before the classifier.")
+    flip: bool = rule(True, help="Random horizontal flip of training clips; off for left/right-sensitive classes "
+                      "(SSv2).")
 
     def __post_init__(self) -> None:
         check(self)
@@ -429,18 +448,19 @@ class EvalConfig:
     crops: int = rule(1, choices=(1, 3), help="Test crops per clip: 1 (centre) or 3 (the paper's action-recognition "
                       "test).")
     batch_size: int = rule(16, ge=1, help="Test views per forward pass.")
-    workers: int = rule(2, ge=0)
+    workers: int = rule(2, ge=0, help="Decoding worker processes.")
     center: bool = rule(False, help="Subtract each split's mean, then L2-normalise.")
-    ks: tuple[int, ...] = rule((1, 5, 10, 20, 50), ge=1)
+    ks: tuple[int, ...] = rule((1, 5, 10, 20, 50), ge=1, help="Retrieval: the k of each hit@k.")
     index: str = rule("exact", choices=("exact", "lance"), help="exact search, or a lance vector index (its recall is "
                       "reported).")
     knn_k: int = rule(20, ge=1, help="Weighted kNN (DINO): neighbours that vote.")
     knn_t: float = rule(0.07, gt=0, help="Weighted kNN (DINO): a vote weighs exp(cosine / T).")
-    seed: int = rule(0, ge=0)
+    seed: int = rule(0, ge=0, help="Seed of the training protocols (linear --full, fine-tuning).")
     device: str = rule("auto", choices=DEVICES, help="Where to run.")
     linear: LinearConfig = field(default_factory=LinearConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
-    recipe: str | None = None  # the --recipe this config came from (set by the command; results record it)
+    recipe: str | None = rule(None, help="The recipe this config came from (set by the command; results record "
+                              "it).")
 
     def __post_init__(self) -> None:
         check(self)
@@ -472,9 +492,9 @@ class MotionConfig:
     data: str = rule("", help="Shard folder of `moquad preprocess`.")
     out: str = rule("motion", help="Folder for motion.json, motion.txt and motion.png.")
     split: str | None = rule(None, help="Manifest split to measure (default: test, else val / validation, else train).")
-    frames: int | None = rule(None, ge=1, help="Frames per clip (default: the first checkpoint's pre-training clip, "
-                              "else 16).")
-    size: int | None = rule(None, ge=8, help="Crop size (default: the first checkpoint's, else 112).")
+    frames: int | None = rule(None, ge=1, help="Frames per clip (default: the first moquad encoder's pre-training "
+                              "clip, else the first encoder's native clip, its backbone's).")
+    size: int | None = rule(None, ge=8, help="Crop size (default: as --frames, from the same encoder's clip).")
     dilation: int = rule(1, ge=1, help="Frame step of the 1x clip (2x and 4x double and quadruple it).")
     max_videos: int | None = rule(None, ge=1, help="Measure a seeded random subset of at most this many videos.")
     pair: tuple[str, ...] | None = rule(None, help="A class pair differing only by direction, 'A|B' (repeatable); built-in "
@@ -488,3 +508,31 @@ class MotionConfig:
 
     def __post_init__(self) -> None:
         check(self)
+
+
+# ----------------------------------------------------------------------------- help()
+
+SETTINGS_DOC = "Settings (keyword arguments, each checked when the config is built):"
+
+
+def settings_doc(cls: type) -> str:
+    """``cls``'s docstring followed by every setting's type, default and help, read from its field and rule: what
+    ``help(moquad.LoaderConfig)`` prints (the API page renders the same fields as a table)."""
+    import inspect
+
+    hints, lines = type_hints(cls), [inspect.cleandoc(cls.__doc__ or ""), "", SETTINGS_DOC]
+    for f in fields(cls):
+        tp = hints[f.name]
+        kind = tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
+        default = f" = {f.default!r}" if f.default is not dataclasses.MISSING else ""
+        text = f.metadata.get("help") or (f"The settings of {kind}." if is_dataclass(tp) else "")
+        bounds = [f"{w} {f.metadata[k]}" for k, w in (("ge", ">="), ("gt", ">"), ("le", "<=")) if k in f.metadata]
+        if "choices" in f.metadata:
+            bounds.append("one of " + ", ".join(map(str, f.metadata["choices"])))
+        lines += [f"  {f.name}: {kind}{default}", f"      {text}" + (f" ({'; '.join(bounds)})" if bounds else "")]
+    return "\n".join(lines)
+
+
+for _cls in (PreprocessConfig, LoaderConfig, PretrainConfig, LinearConfig, FinetuneConfig, EvalConfig, ExportConfig,
+             MotionConfig):
+    _cls.__doc__ = settings_doc(_cls)

@@ -74,13 +74,13 @@ def backbone_state(ckpt: dict[str, Any], torchvision_names: bool) -> dict[str, t
 
 
 def _clip_grid(arch: str, frames: int | None, size: int | None) -> str:
-    """MViT at a clip other than its definition's: the token grid its ``pos_encoding`` must be told (else '')."""
-    native = BACKBONES[arch].clip
-    if native is None or frames is None or size is None or (frames, size) == native:
+    """The code that tells a definition the token grid of the pre-training clip, for rows with a grid rule
+    (:class:`moquad.models.backbones.TokenGrid`: MViT) at a clip other than their native one; else ''."""
+    row = BACKBONES[arch]
+    if row.grid is None or frames is None or size is None or (frames, size) == row.clip:
         return ""
-    grid = (-(-frames // 2), -(-size // 4))  # mvit_v2_s's patch embedding: stride 2 in time, 4 in space, padded
-    return (f"; model.pos_encoding.temporal_size = {grid[0]}; model.pos_encoding.spatial_size = ({grid[1]}, "
-            f"{grid[1]})  # the token grid of the {frames} x {size} pre-training clip;")
+    t, h, w = row.grid.of(frames, size)
+    return f"; {row.grid.tell.format(t=t, h=h, w=w)}  # the token grid of the {frames} x {size} pre-training clip;"
 
 
 def _load_instructions(arch: str, fmt: str, file: str, model_input: str, clip: Any) -> str:

@@ -149,8 +149,8 @@ def evaluate(shards: Path, ckpt: Path, out: Path, console: Console) -> dict[str,
     from moquad.eval.retrieve import retrieve
 
     cfg = demo_eval_config(shards, ckpt, out)
-    r = retrieve(cfg)
-    lin = linear(cfg, fast=True)
+    r = retrieve(cfg, overwrite=True)  # the demo's own folder: a re-run replaces its results
+    lin = linear(cfg, fast=True, overwrite=True)
     return {**{f"hit@{k}": r[f"top{k}"] for k in KS}, "knn_top1": r["knn_top1"], "linear_top1": lin["top1"]}
 
 

@@ -1,5 +1,6 @@
 """How a config is resolved for a command: defaults < recipe < named flags < ``--set``, then every setting
-that names a row of an extension-point table checked against that table.
+that names a row of an extension-point table checked against that table, and the settings a row fills when left
+unset filled (:data:`SETTLE`: pre-training's optimizer and its setting, from the backbone's row).
 
 The dataclasses and the rules each field checks by itself (types, bounds, fixed choices) live in
 :mod:`moquad.config`, at the bottom of the package: every stage imports it. The tables a setting
@@ -11,7 +12,8 @@ row is a valid setting at once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Callable, Mapping
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,7 +37,7 @@ from moquad.preprocess.datasets import DATASETS
 from moquad.preprocess.engines import ENGINES
 from moquad.recipes import load_recipe
 from moquad.train.methods import METHODS
-from moquad.train.optimizers import OPTIMIZERS
+from moquad.train.optimizers import OPTIMIZERS, pretrain_optimizer
 
 T = TypeVar("T")
 
@@ -54,6 +56,10 @@ CHOICES: dict[tuple[type, str], Mapping[str, Any]] = {
     (LinearConfig, "optimizer"): OPTIMIZERS,
     (FinetuneConfig, "optimizer"): OPTIMIZERS,
 }
+
+
+# config class -> the settings a table row fills when they are left unset (the backbone's optimizer and its setting)
+SETTLE: dict[type, Callable[[Any], Any]] = {PretrainConfig: lambda cfg: pretrain_optimizer(cfg)[0]}
 
 
 # config class -> (what its recipes are, the commands that take them, their stage folder): a recipe of another
@@ -93,9 +99,47 @@ def check_choices(cfg: Any, prefix: str = "") -> None:
             check_value(prefix + f.name, type_hints(type(cfg))[f.name], value, {"choices": names})
 
 
+def setting_names(cfg: Any, prefix: str = "") -> list[str]:
+    """Every setting of ``cfg``, nested ones dotted (``loader.dilations``)."""
+    return [name for f in fields(cfg) for name in (
+        setting_names(getattr(cfg, f.name), f"{prefix}{f.name}.") if is_dataclass(getattr(cfg, f.name))
+        else [prefix + f.name])]
+
+
+def did_you_mean(cfg: Any, key: str) -> str | None:
+    """The setting of ``cfg`` that an unknown ``key`` most likely meant: the closest at the same level (``epoch``
+    -> ``epochs``, ``loader.dilation`` -> ``loader.dilations``), else the closest at any level (``dilation`` ->
+    ``loader.dilations``); None when nothing is close."""
+    names = [n for n in setting_names(cfg) if not key.startswith(n + ".")]  # epochs.x: epochs has no sub-settings
+    parent, _, leaf = key.rpartition(".")
+    siblings = {n.rpartition(".")[2]: n for n in names if n.rpartition(".")[0] == parent}
+    near = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.7)  # the same level: loader.dilation
+    if near:
+        return siblings[near[0]]
+    last = {n.rpartition(".")[2]: n for n in reversed(names)}  # any level (a top-level name wins a tie): dilation
+    near = difflib.get_close_matches(leaf, list(last), n=1, cutoff=0.8)
+    return last[near[0]] if near else None
+
+
+def with_suggestion(cfg: Any, e: ConfigError) -> ConfigError:
+    """``e`` with "did you mean X?" when it is an unknown setting close to one of ``cfg``."""
+    guess = did_you_mean(cfg, e.key) if e.problem == "is unknown" else None
+    if guess is None:
+        return e
+    return ConfigError(e.key, e.problem, str(e).replace(f"{e.key!r}", f"{e.key!r} (did you mean {guess}?)", 1))
+
+
 def resolve(cfg: T, recipe: str | Path | None, overrides: dict[str, Any], sets: list[str] | tuple[str, ...] = ()) -> T:
     """defaults < recipe < named flags < ``--set`` assignments; ``None`` in ``overrides`` means 'flag not given'.
-    The result is checked whole, table choices included."""
+    The result is checked whole, table choices included. An unknown setting close to a real one says which
+    (``unknown setting 'loader.dilation'; did you mean loader.dilations? valid: ...``)."""
+    try:
+        return _resolve(cfg, recipe, overrides, sets)
+    except ConfigError as e:
+        raise with_suggestion(cfg, e) from None
+
+
+def _resolve(cfg: T, recipe: str | Path | None, overrides: dict[str, Any], sets: list[str] | tuple[str, ...]) -> T:
     if recipe:
         values = load_recipe(recipe)
         try:
@@ -116,4 +160,4 @@ def resolve(cfg: T, recipe: str | Path | None, overrides: dict[str, Any], sets: 
     cfg = update(cfg, given)
     cfg = update(cfg, parse_sets(cfg, sets)) if sets else cfg
     check_choices(cfg)
-    return cfg
+    return SETTLE[type(cfg)](cfg) if type(cfg) in SETTLE else cfg

@@ -337,8 +337,10 @@ def make_synth(
 ) -> Path:
     """Write the dataset under ``out`` and return ``out``.
 
-    The first ``classes`` classes of family ``kind`` (``MOTIONS``: 1..5, ``DIRECTIONS``: 1..8, ``CAMERA``: 1..6;
-    see the module docstrings for which are well posed under flips) with ``per_class`` videos each, ``size`` x
+    The first ``classes`` classes of family ``kind`` with ``per_class`` videos each: ``types`` (1..5: Translate,
+    Rotate, Scale, Oscillate, Orbit), ``directions`` (1..8: Up, Down, ZoomIn, ZoomOut, then Left, Right,
+    Clockwise, CounterClockwise, which a horizontal flip swaps: pre-train those with ``loader.flip`` ``shared``
+    or ``none``) or ``camera`` (1..6: PanLeft, PanRight, ZoomIn, ZoomOut, PanUp, PanDown); ``size`` x
     ``size`` pixels, ``frames`` frames at 25 fps, ``objects`` objects per generated video (all with the video's
     motion, each with its own texture, shape and position); ``camera_drift``: the ``directions`` family's largest
     camera drift in pixels per frame at 64 px (0: a still camera); ``camera`` cuts them from the videos in ``source``

@@ -50,8 +50,7 @@ def _key(env: dict[str, str]) -> dict[str, str]:
 
 
 def _start() -> subprocess.Popen:
-    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import clirun; clirun._serve()"
-    return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
+    return subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
                             env=dict(os.environ))
 
 
@@ -164,3 +163,7 @@ def _child(req: dict) -> int:
         except (OSError, ValueError):
             pass
     return code
+
+
+if __name__ == "__main__":
+    _serve()

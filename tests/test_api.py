@@ -107,3 +107,108 @@ def test_the_python_page_runs(tmp_path, monkeypatch, capsys):
     knn = namespace["knn"]
     assert namespace["gallery"].shape == (12, 64) and namespace["queries"].shape == (4, 64)
     assert 0.0 <= knn["knn_top1"] <= 1.0 and "weighted kNN top-1" in capsys.readouterr().out
+
+
+def test_dir_holds_only_the_public_names():
+    """Tab completion and ``dir(moquad)`` show what a user may call, not the module's imports or its table."""
+    assert dir(moquad) == sorted(moquad.__all__)
+    assert not {"Any", "annotations", "importlib", "_API"} & set(dir(moquad))
+
+
+def _docstrings() -> dict[str, str]:
+    """Every public name's docstring (a table: none, its rows say what they are) and those of the public methods
+    and properties its class defines."""
+    out = {}
+    for name, target in moquad._API.items():
+        module, attr = target.split(":")
+        obj = getattr(importlib.import_module(module), attr)
+        if isinstance(obj, dict):
+            continue
+        out[name] = obj.__doc__ or ""
+        if isinstance(obj, type):
+            for key, value in vars(obj).items():
+                fn = value.fget if isinstance(value, property) else getattr(value, "func", value)
+                if not key.startswith("_") and callable(fn) and fn.__doc__:
+                    out[f"{name}.{key}"] = fn.__doc__
+    return out
+
+
+def internal_names(text: str) -> list[str]:
+    """What a reader of a public docstring cannot look up: Sphinx roles, "(module docstring)", a ``moquad.`` path
+    that is not a public name (``moquad.data.views.ViewPlan``), a private name (``_fix_up``), an UPPER_CASE
+    constant in code style that is not public (``INPUTS``)."""
+    found = re.findall(r":(?:py:)?(?:func|class|data|mod|meth|attr|exc|obj):", text)
+    found += re.findall(r"module docstring", text, flags=re.I)
+    for path in re.findall(r"\bmoquad((?:\.\w+)+)", text):
+        first, *rest = path.split(".")[1:]
+        if first not in moquad._API or (rest and not first[0].isupper()):
+            found.append("moquad" + path)
+    found += re.findall(r"(?<![\w.'/-])_[a-z]\w*", text)
+    found += [c for c in re.findall(r"``([A-Z][A-Z0-9_]{2,})``", text) if c not in moquad._API]
+    return found
+
+
+def test_internal_names_are_found():
+    text = ("See :func:`x` (module docstring); moquad.data.views.ViewPlan and moquad.ViewPlan, moquad.Split.payload; "
+            "``_fix_up``, ``INPUTS``, ``METHODS`` and ``BACKBONES``.")
+    assert internal_names(text) == [":func:", "module docstring", "moquad.data.views.ViewPlan", "_fix_up", "INPUTS"]
+
+
+def test_public_docstrings_name_only_what_a_reader_can_see():
+    """``help(moquad.X)`` reads in a terminal: no Sphinx markup, no internal module paths or private names, no
+    pointer to a module docstring the reader does not see."""
+    bad = {name: found for name, doc in _docstrings().items() if (found := internal_names(doc))}
+    assert not bad, bad
+
+
+def test_help_renders_each_public_name_in_plain_text():
+    """pydoc's terminal rendering of every public function and class starts with its public name's object and
+    shows its own docstring whole (what ``help()`` prints)."""
+    import pydoc
+
+    for name, doc in _docstrings().items():
+        if "." in name:
+            continue
+        text = pydoc.render_doc(getattr(moquad, name), renderer=pydoc.plaintext)
+        assert inspect.cleandoc(doc).splitlines()[0] in text, name
+
+
+def test_every_setting_of_the_public_configs_has_help():
+    """The API page's setting tables and the CLI's flags read each field's help: a setting without one would be
+    an empty row (nested configs are rows of their own)."""
+    import dataclasses
+
+    from moquad.config import EvalConfig, PretrainConfig
+
+    def missing(cls: type, prefix: str = "") -> list[str]:
+        out, defaults = [], cls()
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(getattr(defaults, f.name)):
+                out += missing(type(getattr(defaults, f.name)), f"{prefix}{f.name}.")
+            elif not f.metadata.get("help"):
+                out.append(prefix + f.name)
+        return out
+
+    for cls in (moquad.LoaderConfig, PretrainConfig, EvalConfig, moquad.PreprocessConfig):
+        assert not missing(cls), (cls.__name__, missing(cls))
+
+
+def test_the_python_page_covers_every_public_name():
+    """docs/python.md's task table names every public name (``moquad.NAME``): the page a user writes code from."""
+    page = PYTHON_PAGE.read_text()
+    missing = [name for name in moquad.__all__ if f"moquad.{name}" not in page]
+    assert not missing, missing
+
+
+def test_the_python_pages_data_section_runs(tmp_path, monkeypatch, capsys):
+    """"Data from Python": make_synth, then preprocess_dataset, then a Split of the shards, at toy size."""
+    block = python_blocks(PYTHON_PAGE)[4]
+    for old, new in {"classes=4, per_class=8, size=64, frames=48": "classes=2, per_class=3, size=32, frames=16",
+                     "short_side=128, workers=4": "short_side=32, workers=1"}.items():
+        assert old in block, f"docs/python.md changed: update this test's settings ({old})"
+        block = block.replace(old, new)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, str(PYTHON_PAGE), "exec"), {"__name__": "python_page"})  # noqa: S102
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2] == "{'test': 4, 'train': 2}"  # synth's UCF101 layout: whole groups go to the test split
+    assert lines[-1] == "2 ['Translate' 'Rotate'] (2, 32, 32, 3)"

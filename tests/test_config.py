@@ -27,7 +27,8 @@ def test_resolve_precedence(tmp_path):
 def test_unknown_key_is_an_error(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("epoch: 10\n")
-    with pytest.raises(ValueError, match="unknown setting 'epoch'; valid: backbone, batch_size, ckpt_every,"):
+    with pytest.raises(ValueError, match=r"unknown setting 'epoch' \(did you mean epochs\?\); valid: backbone, "
+                                         r"batch_size, ckpt_every,"):
         settings.resolve(C.PretrainConfig(), recipe, {})
 
 

@@ -8,7 +8,10 @@ import os
 import re
 import subprocess
 import sys
+from html import unescape
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 import yaml
@@ -40,8 +43,83 @@ def test_strict_build_has_every_page(site):
     nav_pages = pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
     assert len(nav_pages) > 20
     for page in nav_pages:
-        built = site / ("index.html" if page == "index" else f"{page}/index.html")
-        assert built.is_file(), page
+        assert (site / f"{page}.html").is_file(), page
+
+
+class _Links(HTMLParser):
+    """The link targets (href, src) and the element ids of one HTML page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.targets: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for key, value in attrs:
+            if key in ("href", "src") and value is not None:
+                self.targets.append(value)
+            elif key in ("id", "name") and value:
+                self.ids.add(value)
+
+
+def _parsed(page: Path, cache: dict[Path, _Links]) -> _Links:
+    if page not in cache:
+        cache[page] = _Links()
+        cache[page].feed(page.read_text(errors="replace"))
+    return cache[page]
+
+
+def broken_links(site: Path) -> list[str]:
+    """Every internal link of every page of ``site`` (but the server's 404 page) that does not open a file (a folder is a directory listing
+    under ``file://``), or names an anchor its page lacks: ``"page.html -> target (why)"``."""
+    cache: dict[Path, _Links] = {}
+    broken = []
+    for page in sorted(site.rglob("*.html")):
+        if page.name == "404.html":  # a server's page for any missing path: its links are from the site root
+            continue
+        for target in _parsed(page, cache).targets:
+            url = urlsplit(target)
+            if url.scheme or url.netloc or target.startswith(("#", "mailto:", "data:")) or not target:
+                continue  # another site, or an anchor of this page (checked by the strict build)
+            path = (page.parent / unquote(url.path)).resolve()
+            why = ("outside the site" if site.resolve() not in (path, *path.parents) else "a folder" if path.is_dir()
+                   else "missing" if not path.is_file() else None)
+            if why is None and url.fragment and path.suffix == ".html" and unquote(url.fragment) not in _parsed(path, cache).ids:
+                why = "no such anchor"
+            if why:
+                broken.append(f"{page.relative_to(site)} -> {target} ({why})")
+    return broken
+
+
+def test_every_internal_link_opens_a_page_not_a_folder(site):
+    """The site works opened from disk (``site/index.html`` under ``file://``) as well as served: every link of every
+    page, the navigation's included, names a file that exists (never a folder, which ``file://`` shows as a
+    listing), and every anchor it names is on that page."""
+    assert not broken_links(site), "\n".join(broken_links(site)[:40])
+    index = (site / "index.html").read_text()
+    assert 'href="getting_started.html"' in index
+
+
+def test_search_and_pages_need_no_network(site):
+    """Opened from disk, a page cannot fetch its search index (the browser refuses) nor, offline, anything from
+    the web: the index is a script beside the pages, the search worker runs from ``js/iframe-worker.js``, and no
+    page loads a script, style or font from another site."""
+    assert (site / "search" / "search_index.js").read_text().startswith("var __index = {")
+    index = (site / "index.html").read_text()
+    assert '<script src="js/iframe-worker.js">' in index
+    for page in site.rglob("*.html"):
+        remote = re.findall(r'<(?:script|link)\b[^>]*(?:src|href)="(https?:[^"]*)"', page.read_text())
+        assert not remote, (page.name, remote)
+
+
+def test_broken_links_finds_folders_missing_files_and_anchors(tmp_path):
+    """The checker itself: a link to a folder, to a missing file and to a missing anchor are each reported."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b.html").write_text('<h1 id="top">b</h1>')
+    (tmp_path / "index.html").write_text('<a href="a/">x</a><a href="b.html#top">ok</a><a href="b.html#nope">y</a>'
+                                         '<a href="c.html">z</a><a href="https://x.org/">w</a><img src="b.html">')
+    assert broken_links(tmp_path) == ["index.html -> a/ (a folder)", "index.html -> b.html#nope (no such anchor)",
+                                      "index.html -> c.html (missing)"]
 
 
 def test_cli_reference_is_every_commands_help(site):
@@ -50,7 +128,7 @@ def test_cli_reference_is_every_commands_help(site):
 
     from moquad.cli import app
 
-    html = (site / "cli" / "index.html").read_text()
+    html = (site / "cli.html").read_text()
     names = typer.main.get_command(app).list_commands(None)
     assert {"preprocess", "pretrain", "retrieve", "motion", "quickstart"} <= set(names)
     for name in names:
@@ -59,13 +137,93 @@ def test_cli_reference_is_every_commands_help(site):
 
 
 def test_api_reference_documents_every_public_name(site):
-    """docs/api.md is generated from ``moquad._API``: every public name is rendered from its docstring."""
-    html = (site / "api" / "index.html").read_text()
-    for name, target in moquad._API.items():
-        module, attr = target.split(":")
-        assert f'id="{module}.{attr}"' in html, name
+    """docs/api.md is generated from ``moquad._API``: every public name has its section, under its public name."""
+    html = (site / "api.html").read_text()
+    for name in moquad._API:
+        assert f'id="moquad.{name}"' in html, name
     assert ":func:" not in html  # Sphinx roles are shown as code
     assert "Eq. 1" in html and "make_loader" in html
+
+
+def _api_sections(site: Path) -> dict[str, str]:
+    """The API page cut at each public name's heading: name -> its HTML up to the next heading."""
+    html = (site / "api.html").read_text()
+    marks = [(m.start(), m.group(1)) for m in re.finditer(r'<h[23] id="(?:moquad\.)?([\w.-]+)"', html)]
+    return {name: html[start:end] for (start, name), (end, _) in zip(marks, [*marks[1:], (len(html), "")])}
+
+
+def _text(html: str) -> str:
+    """The text of some HTML on one line; a table row reads ``| cell | cell |``."""
+    html = re.sub(r"<tr[^>]*>", " | ", re.sub(r"</t[dh]>", " | ", html))
+    html = re.sub(r"<br>|</(?:p|h\d|div|dt|dd|li|pre)>", " ", html)
+    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", "", html))).replace("| |", "|")
+
+
+def _rows(html: str) -> dict[str, list[str]]:
+    """The body rows of the HTML tables in ``html``: first cell's text -> the other cells' texts."""
+    rows = {}
+    for tr in re.findall(r"<tr>(.*?)</tr>", html, flags=re.S):
+        cells = [_text(c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", tr, flags=re.S)]
+        if cells:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def _check_settings(rows: dict[str, list[str]], cls: type, prefix: str = "") -> None:
+    """Each setting of config class ``cls`` is a row of ``rows``: ``type = default`` as the dataclass holds them,
+    then the field's help; a nested config that is not a public name is expanded (``linear.epochs``)."""
+    import dataclasses
+
+    from moquad.config import type_hints
+
+    defaults = cls()
+    for f in dataclasses.fields(cls):
+        value, key = getattr(defaults, f.name), prefix + f.name
+        if dataclasses.is_dataclass(value) and type(value).__name__ not in moquad._API:
+            _check_settings(rows, type(value), f"{key}.")
+            continue
+        assert key in rows, (cls.__name__, key)
+        if dataclasses.is_dataclass(value):
+            continue
+        (kind, default), help_text = rows[key][0].rsplit(" = ", 1), rows[key][1]
+        hint = type_hints(cls)[f.name]
+        assert kind == (hint.__name__ if isinstance(hint, type) else str(hint)), (key, kind)
+        if f.default is not dataclasses.MISSING:
+            assert default == repr(f.default), (key, default)
+        assert " ".join(f.metadata["help"].replace("`", "").split()) in help_text, key
+
+
+def test_api_page_lists_every_setting_of_the_config_classes(site):
+    """Each public config class is a table of ALL its settings (nested ones dotted): name, type, default and the
+    help written on the field, as the dataclass holds them; a table's choices are its rows."""
+    sections = _api_sections(site)
+    for name in ("LoaderConfig", "PretrainConfig", "EvalConfig", "PreprocessConfig"):
+        _check_settings(_rows(sections[name]), getattr(moquad, name))
+    assert "a row of moquad.METHODS: moquad, simclr" in _text(sections["PretrainConfig"])
+
+
+def test_api_page_shows_public_names_and_tables_from_their_rows(site):
+    """Signatures under their public names (``moquad.quadruple_views(cfg: LoaderConfig)``, not ``quadruple(``), each
+    table with one row per entry, and no name a reader cannot look up (private names, internal module paths)."""
+    import importlib
+
+    from test_api import internal_names
+
+    sections = _api_sections(site)
+    for name, target in moquad._API.items():
+        module, attr = target.split(":")
+        obj = getattr(importlib.import_module(module), attr)
+        text = _text(sections[name])
+        if isinstance(obj, dict):
+            for key in obj:
+                assert f"| {key} |" in text, (name, key)
+        elif not isinstance(obj, type):
+            assert f"moquad.{name}(" in text, name
+            if attr != name:
+                assert not re.search(rf"(?<![\w.]){attr}\(", text), name
+    page = _text((site / "api.html").read_text().split('<article', 1)[1].split("</article>")[0])
+    page = re.sub(r"\w+\.\w+\(|[\w/]*\.py", " ", page)  # methods (``torch.topk(``), files
+    assert not internal_names(page), internal_names(page)
 
 
 def test_readme_is_a_front_page_whose_numbers_are_on_the_docs_pages():

@@ -19,7 +19,7 @@ import pytest
 from fixtures import make_checkpoint
 from test_features import make_tiny_dataset
 
-from moquad.config import EvalConfig, MotionConfig
+from moquad.config import EvalConfig
 from moquad.eval.clips import pretrain_clip
 from moquad.eval.common import with_clip
 from moquad.eval.features import read_features
@@ -62,13 +62,17 @@ def test_pretrain_clip_is_read_from_the_config():
 
 
 def test_motion_and_export_read_the_same_clip(trained, tmp_path):
-    from moquad.eval.motion import Encoder, geometry
+    from moquad.eval.motion import Encoder, geometry, native_clip
 
     data, ckpt = trained
     info = {"loader": dict(TRAINED), "model_input": "rgb"}
     assert geometry([Encoder("a", None, {}), Encoder("m", None, info)], None, None) == (8, 32)
     assert geometry([Encoder("m", None, info)], None, 48) == (8, 48)
-    assert geometry([Encoder("tv", None, {})], None, None) == (16, 112)  # torchvision Kinetics models
+    tv = {arch: Encoder(arch, None, {"clip": native_clip(arch)}) for arch in ("r3d_18", "mvit_v2_s")}
+    assert geometry([tv["r3d_18"]], None, None) == (16, 112)  # torchvision's Kinetics weights: each row's clip
+    assert geometry([tv["mvit_v2_s"]], None, None) == (16, 224)
+    assert geometry([tv["mvit_v2_s"], Encoder("m", None, info)], None, None) == (8, 32)  # moquad's clip first
+    assert geometry([Encoder("x", None, {})], None, None) == (16, 224)  # nothing known: the config's default clip
     _, card = export(ckpt, "safetensors", tmp_path / "m.safetensors")
     inp = json.loads(card.read_text())["input"]
     assert (inp["pretrain_frames"], inp["pretrain_size"], inp["pretrain_dilations"]) == (8, 32, [1, 4])
@@ -103,16 +107,13 @@ def test_cli_records_the_recipe_it_was_given(trained):
     assert "size: null" in res.stdout  # left to the checkpoint
 
 
-def test_motion_warns_once_per_encoder_trained_at_another_clip(capsys):
-    from moquad.cli_motion import _warn_clip
-    from moquad.eval.motion import Encoder
+def test_motion_warns_once_per_encoder_trained_at_another_clip():
+    from moquad.eval.motion import Encoder, clip_warnings
 
     encoders = [Encoder("ours", None, {"loader": dict(TRAINED)}), Encoder("tv", None, {})]
-    _warn_clip(encoders, MotionConfig(data="d"))
-    assert capsys.readouterr().err == ""
-    _warn_clip(encoders, MotionConfig(data="d", size=64))
-    assert capsys.readouterr().err == ("warning: evaluating at 8x64 but encoder ours was pre-trained at 8x32 "
-                                       "(--size sets it)\n")
+    assert clip_warnings(encoders, None, None) == []
+    assert clip_warnings(encoders, None, 64) == [
+        "warning: evaluating at 8x64 but encoder ours was pre-trained at 8x32 (--size sets it)"]
 
 
 def test_retrieve_cli_defaults_to_the_trained_clip_and_json_is_a_copy(trained, tmp_path):
@@ -179,7 +180,8 @@ def test_export_card_never_carries_a_stale_number(trained, tmp_path):
     assert card["results"]["retrieval"]["top1"] == first["top1"]
     assert card["results"]["retrieval"]["protocol"]["clip"]["size"] == 32
     # re-evaluated at another protocol, the result elsewhere (--json): the card follows the NEW result
-    second = run("retrieve", _cfg(data, ckpt, size=48, num_clips=1), json_path=tmp_path / "elsewhere.json")
+    second = run("retrieve", _cfg(data, ckpt, size=48, num_clips=1), json_path=tmp_path / "elsewhere.json",
+                 overwrite=True)
     card = _card(ckpt, tmp_path, "b")["results"]["retrieval"]
     assert card["protocol"]["clip"]["size"] == 48 and card["protocol"]["views"]["clips"] == 1
     assert card["top1"] == second["top1"] and card["knn_top1"] == second["knn_top1"]

@@ -179,6 +179,24 @@ def test_disk_full_leaves_nothing(tmp_path, monkeypatch):
     assert list((tmp_path / "out").iterdir()) == []
 
 
+@pytest.mark.parametrize("arch", TORCHVISION)
+def test_the_token_grid_rule_belongs_to_its_row(arch):
+    """The card's grid line comes from the row's own rule (MViT's patch strides), only for a row that has one and at
+    a clip other than the row's native clip; Swin, whose native clip is 32 x 224, runs at any clip as built."""
+    from moquad.export import _clip_grid
+    from moquad.models import BACKBONES
+
+    row = BACKBONES[arch]
+    assert _clip_grid(arch, *row.clip) == ""
+    line = _clip_grid(arch, 4, 32)
+    if row.grid is None:
+        assert line == ""
+    else:
+        assert row.grid.of(4, 32) == (2, 8, 8) and row.grid.of(16, 224) == (8, 56, 56)
+        assert "model.pos_encoding.temporal_size = 2; model.pos_encoding.spatial_size = (8, 8)" in line
+    assert (row.grid is not None) == (arch == "mvit_v2_s")
+
+
 def test_help_has_example():
     run = clirun.python("-m", "moquad.cli", "export", "--help")
     assert run.returncode == 0 and "Example" in run.stdout and "strict" not in run.stderr

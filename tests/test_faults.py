@@ -293,7 +293,7 @@ def test_debug_shows_the_traceback_of_one_line_errors(tmp_path):
 @pytest.mark.parametrize("args, text", [
     (["pretrain", "--data", ".", "--epochs", "three"], "error: Invalid value for '--epochs': "),
     (["pretrain", "--data", ".", "--no-such-flag"], "error: No such option: --no-such-flag"),
-    (["pretrain"], "error: Missing option '--data'"),
+    (["retrieve"], "error: Missing option '--data'"),
     (["pretrian"], "error: No such command 'pretrian'"),
 ])
 def test_usage_errors_are_one_line(args, text):

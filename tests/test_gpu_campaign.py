@@ -1,6 +1,6 @@
-"""The GPU campaign's CPU dry run (benchmarks/gpu_campaign.py --device cpu --tiny): every job at toy size, the
+"""The GPU campaign's CPU dry run (experiments/gpu_campaign.py --device cpu --tiny): every job at toy size, the
 JSON records' schema and values, the budget cut-off, the rule that skips jobs done for this code, and the docs
-page rendered from the records (benchmarks/render_gpu_docs.py)."""
+page rendered from the records (experiments/render_gpu_docs.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ pytestmark = pytest.mark.slow  # ~20 subprocesses (each CLI command end to end);
 ROOT = Path(__file__).resolve().parents[1]
 # the dry run's jobs: every job kind, and two methods of one ladder family and seed (the base's job is the same code)
 DRY_JOBS = ["paths", "decode", "ladder-directions-s0-random", "ladder-directions-s0-moquad"]
-CAMPAIGN = ROOT / "benchmarks" / "gpu_campaign.py"
-sys.path.insert(0, str(ROOT / "benchmarks"))
+CAMPAIGN = ROOT / "experiments" / "gpu_campaign.py"  # imported by name: experiments/ is on pytest's pythonpath
 
 
 def campaign(out: Path, work: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -70,7 +70,6 @@ def test_a_container_without_a_home_reads_small_and_big_splits(data, monkeypatch
 CHILD = """
 import sys, numpy as np
 from moquad.data import index_cache, store
-from moquad.errors import MoquadError
 index_cache.INDEX_CACHE_FRAMES = 0
 s = store.Split(sys.argv[1])
 print(type(s._fo).__name__, sum(len(s.frame_offsets(i)) for i in range(len(s))))

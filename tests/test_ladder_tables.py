@@ -1,14 +1,9 @@
-"""The ladder's summaries (benchmarks/motion_ladder.py): the paired gains behind docs/methods.md's evidence and
+"""The ladder's summaries (experiments/motion_ladder.py): the paired gains behind docs/methods.md's evidence and
 the mean +- std table, against values worked out by hand."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import motion_ladder  # noqa: E402
+import motion_ladder  # experiments/ is on pytest's pythonpath (pyproject.toml)
 
 
 def _row(family, variant, seed, hit, knn, lin):

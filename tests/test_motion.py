@@ -146,6 +146,25 @@ def test_torchvision_weights_and_export_load_as_the_same_network(tmp_path):
         M.load_encoder(f"r3d_18:{tmp_path / 'mc3.pth'}")
 
 
+def test_weights_without_a_clip_run_at_their_rows_native_clip(tmp_path):
+    """``moquad motion mvit_v2_s:W.pth`` runs at 16 x 224 (MViT's native clip, from its backbone row), not 16 x 112;
+    beside a moquad encoder pre-trained at 8 x 32 the report takes that clip and warns in one line for MViT."""
+    import torchvision
+
+    torch.save(torchvision.models.video.mvit_v2_s().state_dict(), tmp_path / "mvit.pth")
+    mvit = M.load_encoder(f"mvit_v2_s:{tmp_path / 'mvit.pth'}")
+    assert mvit.info["clip"] == {"frames": 16, "size": 224, "dilations": None, "from": "the mvit_v2_s row's native clip"}
+    assert M.geometry([mvit], None, None) == (16, 224) and M.clip_warnings([mvit], None, None) == []
+    tiny = M.load_encoder(str(make_checkpoint(tmp_path / "tiny" / "checkpoints" / "last.pt",
+                                              loader={"frames": 8, "size": 32})))
+    assert M.geometry([mvit, tiny], None, None) == (8, 32)  # a clip moquad trained at comes first
+    assert M.clip_warnings([mvit, tiny], None, None) == [
+        "warning: evaluating at 8x32 but encoder mvit was pre-trained at 16x224 (the report's clip is tiny's)"]
+    assert M.clip_warnings([mvit], 16, 112) == [
+        "warning: evaluating at 16x112 but encoder mvit was pre-trained at 16x224 (--frames/--size set it)"]
+    assert M.native_clip("r3d_18")["size"] == 112 and M.native_clip("swin3d_t")["size"] == 224
+
+
 def test_pairs():
     classes = ["Moving something up", "Moving something down", "Left", "Right", "Other"]
     assert M.resolve_pairs(classes, []) == [(0, 1), (2, 3)]
@@ -157,10 +176,10 @@ def test_pairs():
 
 
 def test_command_writes_table_json_png(squares, tmp_path):
-    from moquad.cli_motion import app
+    from moquad.cli import app
 
     ckpt = make_checkpoint(tmp_path / "tiny" / "checkpoints" / "last.pt")
-    r = CliRunner().invoke(app, [str(ckpt), f"again={ckpt}", "--data", str(squares), "--out", str(tmp_path / "m"),
+    r = CliRunner().invoke(app, ["motion", str(ckpt), f"again={ckpt}", "--data", str(squares), "--out", str(tmp_path / "m"),
                                  "--frames", "8", "--size", "32", "--max-videos", "10", "--threads", "1", "--pair", "Right|Left"],
                            terminal_width=200)
     assert r.exit_code == 0, r.output
@@ -172,16 +191,16 @@ def test_command_writes_table_json_png(squares, tmp_path):
     assert (tmp_path / "m" / "motion.png").stat().st_size > 20000
     for args, msg in [([str(tmp_path / "nope.pt")], "not found"), ([str(ckpt), "--pair", "Up|Down"], "not in this"),
                       ([str(ckpt), "--split", "train"], "split 'train' is not")]:
-        r = CliRunner().invoke(app, [*args, "--data", str(squares), "--out", str(tmp_path / "e")])
+        r = CliRunner().invoke(app, ["motion", *args, "--data", str(squares), "--out", str(tmp_path / "e")])
         assert r.exit_code == 2 and msg in r.output, r.output
 
 
 def test_pairs_need_labels(tmp_path):
-    from moquad.cli_motion import app
+    from moquad.cli import app
 
     rng = np.random.default_rng(1)
     data = write_dataset(tmp_path / "u", [(f"u{i}", square_video(rng, 1), -1) for i in range(4)], split="test",
                          classes=["Left", "Right"])
     ckpt = make_checkpoint(tmp_path / "c.pt")
-    r = CliRunner().invoke(app, [str(ckpt), "--data", str(data), "--pair", "Left|Right", "--out", str(tmp_path / "o")])
+    r = CliRunner().invoke(app, ["motion", str(ckpt), "--data", str(data), "--pair", "Left|Right", "--out", str(tmp_path / "o")])
     assert r.exit_code == 2 and "needs labelled videos" in r.output, r.output

@@ -1,5 +1,6 @@
 """The ``adamw_vit`` row of the optimizer table: which parameters get no weight decay and which lr scale, against a
-direct listing of each transformer's parameter names; ScaledAdamW against torch's AdamW at the scaled lr."""
+direct listing of each transformer's parameter names; ScaledAdamW against torch's AdamW at the scaled lr. The
+pre-training optimizer: the backbone row's and its setting unless a recipe or a flag sets them."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ import re
 
 import pytest
 import torch
+import yaml
 from torch import nn
 
-from moquad.models import build_backbone, build_model
-from moquad.train.optimizers import LAYER_DECAY, make_optimizer
+from moquad import settings
+from moquad.config import PretrainConfig
+from moquad.errors import MoquadError
+from moquad.models import BACKBONES, build_backbone, build_model
+from moquad.train.optimizers import LAYER_DECAY, OPTIMIZERS, make_optimizer, pretrain_optimizer
 from moquad.train.scaled_adamw import ScaledAdamW
 
 # parameter names that must not decay, written out per architecture (torchvision's module names)
@@ -88,3 +93,60 @@ def test_scaled_adamw_is_adamw_at_the_scaled_lr():
     torch.testing.assert_close(a.weight, b.weight, rtol=0, atol=0)
     torch.testing.assert_close(a.bias, b.bias, rtol=0, atol=0)
     assert [g["lr"] for g in ours.param_groups] == [1e-2, 1e-2]  # the schedule's lr, unscaled, is what is kept
+
+
+# ---------------------------------------------------------------- the pre-training optimizer: the backbone's, unless set
+
+
+@pytest.mark.parametrize("name", list(BACKBONES))
+def test_pretrain_optimizer_is_the_backbone_rows_with_its_setting(name):
+    """Nothing set: the row's optimizer (adamw_vit for the transformers) and that optimizer's setting, as the
+    command line resolves it too; the start-up line says both are defaults and names the setting's source."""
+    row = BACKBONES[name]
+    cfg, line = pretrain_optimizer(PretrainConfig(backbone=name))
+    setting = OPTIMIZERS[row.optimizer].pretrain
+    assert row.optimizer == ("adamw_vit" if name in ("swin3d_t", "mvit_v2_s") else "lars")
+    assert (cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.lr_warmup_epochs) == (
+        row.optimizer, setting.lr, setting.weight_decay, setting.lr_warmup_epochs)
+    assert line.startswith(f"pretrain: optimizer {row.optimizer} (the {name} backbone's default), lr ")
+    assert line.endswith(f"(lr, weight decay, warm-up: {setting.source})")
+    assert settings.resolve(PretrainConfig(), None, {"backbone": name}) == cfg
+
+
+def test_a_set_optimizer_or_value_wins_and_the_paper_setting_is_lars():
+    cfg, line = pretrain_optimizer(PretrainConfig(backbone="swin3d_t", optimizer="lars", lr=0.5))
+    assert (cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.lr_warmup_epochs) == ("lars", 0.5, 1e-6, 10.0)
+    assert line == ("pretrain: optimizer lars (set; the swin3d_t backbone's default is adamw_vit), lr 0.5 at batch "
+                    "256, weight decay 1e-06, 10 warm-up epochs (weight decay, warm-up: the paper's LARS setting)")
+    cfg, line = pretrain_optimizer(PretrainConfig(optimizer="adamw_vit", lr=1e-3, weight_decay=0.05,
+                                                  lr_warmup_epochs=2))
+    assert line == ("pretrain: optimizer adamw_vit (set; the r3d_18 backbone's default is lars), lr 0.001 at batch "
+                    "256, weight decay 0.05, 2 warm-up epochs")
+    assert pretrain_optimizer(cfg) == (cfg, line)  # settled: nothing left to fill, the same line
+    with pytest.raises(MoquadError, match="optimizer sgd has no pre-training setting; set lr, lr_warmup_epochs"):
+        settings.resolve(PretrainConfig(), None, {"optimizer": "sgd", "weight_decay": 0.0})
+
+
+def test_swin_without_a_recipe_trains_with_adamw_and_says_so(tmp_path):
+    """``moquad pretrain --backbone swin3d_t`` (no recipe, no optimizer): the run's config.yaml and checkpoint say
+    adamw_vit with MoCo v3's setting, the start-up line says it is the backbone's, and the optimizer is AdamW."""
+    from test_features import make_tiny_dataset
+    from typer.testing import CliRunner
+
+    from moquad.cli import app
+    from moquad.train import checkpoint
+
+    data = make_tiny_dataset(tmp_path / "data", {"train": 4}, frames=12)
+    run = tmp_path / "run"
+    r = CliRunner().invoke(app, ["pretrain", "--data", str(data), "--out", str(run), "--backbone", "swin3d_t",
+                                 "--epochs", "1", "--batch-size", "2", "--frames", "2", "--size", "16", "--workers",
+                                 "0", "--device", "cpu", "--set", "steps_per_epoch=1", "--set", "proj_hidden=16"],
+                           terminal_width=400)
+    assert r.exit_code == 0, r.output
+    assert "pretrain: optimizer adamw_vit (the swin3d_t backbone's default), lr 0.00015 at batch 256, weight decay " \
+           "0.1, 40 warm-up epochs (lr, weight decay, warm-up: MoCo v3's ViT setting)" in r.output
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert (saved["optimizer"], saved["lr"], saved["weight_decay"], saved["lr_warmup_epochs"]) == (
+        "adamw_vit", 1.5e-4, 0.1, 40.0)
+    ckpt = checkpoint.load(run / "checkpoints" / "last.pt")
+    assert ckpt["config"]["optimizer"] == "adamw_vit" and "betas" in ckpt["optimizer"]["param_groups"][0]  # Adam's

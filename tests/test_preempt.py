@@ -133,7 +133,7 @@ def test_slurm_script_requeues_on_preemption_and_the_requeued_job_resumes(tmp_pa
             "--workers", "0", "--device", "cpu", "--epochs", "200", "--warmup-ratio", "0", "--set", "proj_hidden=16"]
 
     def sbatch(restarts: int) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", str(REPO / "train" / "slurm_pretrain.sbatch"), *map(str, args)], cwd=REPO,
+        return subprocess.run(["bash", str(REPO / "scripts" / "pretrain_slurm.sbatch"), *map(str, args)], cwd=REPO,
                               env={**env, "SLURM_RESTART_COUNT": str(restarts)}, capture_output=True, text=True,
                               timeout=300)
 

@@ -45,7 +45,8 @@ def paper_view(cfg: C.PretrainConfig) -> dict:
 
 
 def test_defaults_are_the_papers_main_setting():
-    assert paper_view(C.PretrainConfig()) == PAPER
+    # the optimizer and its lr are the default backbone's (r3d_18: lars) with lars's setting, filled on resolving
+    assert paper_view(settings.resolve(C.PretrainConfig(), None, {})) == PAPER
     cfg = C.PretrainConfig()
     assert (cfg.method, cfg.temperature, cfg.loader.dilations) == ("moquad", 0.1, (1, 2, 4))
     assert (cfg.loader.appearance_op, cfg.loader.motion_ops) == ("rad_inter", ("speed",))

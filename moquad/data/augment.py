@@ -254,8 +254,8 @@ def to_model(batch: dict, device: torch.device | str, size: int) -> torch.Tensor
     """A loader batch -> normalised float views (B, V, 3, T, size, size) on ``device``.
 
     Batches augmented in the workers carry uint8 ``views``; ``augment_on_device`` batches carry the
-    frames (or, with ``decode_on_device``, their JPEG bytes) and the parameters, which
-    :func:`apply_views` turns into views on ``device``.
+    frames (or, with ``decode_on_device``, their JPEG bytes) and the view parameters, turned into views here,
+    on ``device``.
     """
     if "views" in batch:
         return normalize(batch["views"], device)

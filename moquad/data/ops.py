@@ -207,11 +207,23 @@ APPEARANCE_OPS: dict[str, AppearanceOp] = {
 
 # ----------------------------------------------------------------------------- flips
 
+def _flip_independent(views: int, rng: np.random.Generator) -> np.ndarray:
+    """Each view flipped on its own coin: teaches flip invariance (left and right motion become one)."""
+    return rng.random(views) < 0.5
+
+
+def _flip_shared(views: int, rng: np.random.Generator) -> np.ndarray:
+    """One coin per video: every view of the quadruple flipped together (no left = right lesson)."""
+    return np.full(views, rng.random() < 0.5)
+
+
+def _flip_none(views: int, rng: np.random.Generator) -> np.ndarray:
+    """Never flipped (left/right-sensitive data, e.g. SSv2)."""
+    return np.zeros(views, bool)
+
+
 FLIP_POLICIES: dict[str, Callable[[int, np.random.Generator], np.ndarray]] = {
-    # each view flipped on its own coin: teaches flip invariance (left and right motion become one)
-    "independent": lambda views, rng: rng.random(views) < 0.5,
-    # one coin per video: every view of the quadruple flipped together (no left = right lesson)
-    "shared": lambda views, rng: np.full(views, rng.random() < 0.5),
-    # never flipped (left/right-sensitive data, e.g. SSv2)
-    "none": lambda views, rng: np.zeros(views, bool),
+    "independent": _flip_independent,
+    "shared": _flip_shared,
+    "none": _flip_none,
 }

@@ -517,19 +517,25 @@ def make_loader(
     recycle: bool | None = None,
     views: ViewPlan | None = None,
 ) -> DataLoader:
-    """DataLoader of rank ``rank``'s batches ``start, start+1, ...`` of epoch ``epoch`` (module docstring).
+    """A DataLoader of rank ``rank``'s batches ``start, start+1, ...`` of epoch ``epoch`` of a preprocessed
+    dataset (``data_dir``: a folder of ``moquad preprocess``, or a ``moquad.Split`` of one).
 
-    ``views``: the :class:`~moquad.data.views.ViewPlan` of every video (default :func:`~moquad.data.views.quadruple`
-    of ``cfg``; the trainer passes its method's plan of the epoch's stage). ``recycle`` (default: on when
-    ``pin_memory`` really pins, i.e. with an accelerator): workers reuse their shared batch buffers
-    (:class:`BufferRing`); only for a consumer that copies each batch out before asking for the next.
-    Batches: ``views`` uint8 (B, V, 3, T, H, W) (or, with ``augment_on_device``, ``raw`` frames and the
-    view parameters for ``augment.to_model``; ``box`` in the pixels of the frames as decoded), ``view_names``, ``roles`` (the plan's: what the loss reads), ``video_id``, ``index`` int64 (B,) (manifest
-    row, the identity the losses mask by), ``label`` int64 (B,), ``lam`` float32 (B, V), ``bad`` (skipped
-    samples), ``bytes`` (read for this batch), per-video ``info`` (dilations, frame indices,
-    donor ids, ``reduce``: the reduction each decoded frame had, module docstring). ``num_batches`` caps the
-    epoch below ``videos // (batch_size * world_size)``. ``data_dir`` may be a :class:`RunLoader` (the trainer's:
-    built once per run, workers kept across epochs); the batches are the same.
+    Epochs are exact: each holds ``videos // (batch_size * world_size)`` batches (``num_batches`` caps it
+    lower) and uses each video at most once; the batches depend only on ``(cfg.seed, epoch)``, never on the
+    number of workers, so a loop restarted at batch ``start`` sees the same batches.
+
+    ``views``: the ``moquad.ViewPlan`` of every video (default ``moquad.quadruple_views(cfg)``; the warm-up
+    task: ``moquad.speed_pair_views(cfg)``). ``recycle`` (default: on when ``pin_memory`` really pins, i.e. with
+    an accelerator): workers reuse their shared batch buffers; only for a consumer that copies each batch out
+    before asking for the next.
+
+    A batch is a dict: ``views`` uint8 (B, V, 3, T, H, W) (with ``cfg.augment_on_device``: ``raw`` frames and
+    the view parameters that ``moquad.to_model`` turns into views), ``view_names``, ``roles`` (the plan's: what
+    the loss reads), ``video_id``, ``index`` int64 (B,) (the manifest row, the identity the losses mask by),
+    ``label`` int64 (B,), ``lam`` float32 (B, V), ``bad`` (samples that failed to read or decode, each replaced
+    by a spare video), ``bytes`` (read for this batch) and per-video ``info`` (dilations, frame indices,
+    donor ids). ``data_dir`` may also be the trainer's own loader of a run, which keeps its workers across
+    epochs; the batches are the same.
     """
     views = views or quadruple(cfg)
     check_config(cfg, views)

@@ -1,6 +1,6 @@
 """The one reader of the on-disk format: ``dataset.json``, the manifests, a sample's bytes and frames.
 
-Written by ``moquad preprocess`` (schema in ``manifests/SCHEMA.md``); read here by the loader,
+Written by ``moquad preprocess`` (schema in ``docs/manifest_schema.md``); read here by the loader,
 feature extraction, the linear probe, fine-tuning, ``cam``, ``info`` and ``verify``.
 
 A :class:`Split` holds one split's manifest as flat numpy arrays without Python objects (forked DataLoader
@@ -361,7 +361,7 @@ class Split:
 
     @cached_property
     def checksum_value(self) -> str:
-        """:func:`manifest_checksum` of the split (computed once, when first asked for)."""
+        """The manifest checksum of the split (computed once, when first asked for)."""
         value = manifest_checksum(self._checksum_table)
         del self._checksum_table
         return value
@@ -412,7 +412,7 @@ class Split:
         """On an object store, start reading, per batch ``(rows, frames)``, the payloads of ``rows`` and the (video,
         frame) JPEGs ``frames`` in the background, so their latencies overlap with each other and with the caller's
         work (the loader asks for its batch and the next one); the first batch's requests go first, so the next
-        one's never delay it. :meth:`payload` and :meth:`frame_bytes_many` take them. Reads no batch names are
+        one's never delay it. ``payload`` and ``frame_bytes_many`` take them. Reads no batch names are
         dropped, so at most what one call names is held. Local files: nothing."""
         if not objstore.is_url(self.data_dir):
             return  # a local pread is fast: read when used
@@ -430,7 +430,7 @@ class Split:
         return {**self.__dict__, "_prefetched": {}}  # reads in flight stay with the process that started them
 
     def payload(self, i: int, verify: bool = True) -> bytes:
-        """Video ``i``'s concatenated JPEGs: one read (or what :meth:`prefetch` started), xxh3-checked unless
+        """Video ``i``'s concatenated JPEGs: one read (or what ``prefetch`` started), xxh3-checked unless
         ``verify=False``."""
         got = self._prefetched.pop(int(i), None)
         data = got.result() if got is not None else \
@@ -447,8 +447,8 @@ class Split:
         return read_bytes(self.shard_path(i), int(self.offset[i] + fo[f]), int(fo[f + 1] - fo[f]))
 
     def frame_bytes_many(self, picks: Sequence[tuple[int, int]]) -> list[bytes | Exception]:
-        """:meth:`frame_bytes` of several (video, frame) pairs (RAD donors): on a store concurrently (or what
-        :meth:`prefetch` started), locally in turn; a failed read is returned in its place."""
+        """``frame_bytes`` of several (video, frame) pairs (RAD donors): on a store concurrently (or what
+        ``prefetch`` started), locally in turn; a failed read is returned in its place."""
         def read(p: tuple[int, int]) -> bytes:
             return self.frame_bytes(*p)
         if not objstore.is_url(self.data_dir):

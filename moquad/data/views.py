@@ -50,10 +50,11 @@ SPEEDS = ("n", "m", "fixed")  # the anchor's dilation n, the other drawn dilatio
 
 @dataclass(frozen=True)
 class View:
-    """One view of a plan: its role for the loss, its label, the speed it is played at (``n``, ``m``: drawn per
-    video by :func:`~moquad.data.clip_frames.draw_speeds`; ``fixed``: ``loader.simclr_dilation``), the motion op
-    that makes its frames (a row of :data:`~moquad.data.ops.MOTION_OPS`, which picks n or m itself; None: a plain
-    clip) and whether the appearance op (``loader.appearance_op``) disturbs it."""
+    """One view of a plan: its role for the loss (``anchor``, ``positive`` or ``intra_negative``), its name, the
+    speed it is played at (``n`` or ``m``: two different dilations drawn per video from ``loader.dilations``;
+    ``fixed``: ``loader.simclr_dilation``), the motion op that makes its frames (a row of ``moquad.MOTION_OPS``,
+    which picks n or m itself; None: a plain clip) and whether the appearance op (``loader.appearance_op``)
+    disturbs it."""
 
     role: str
     name: str
@@ -94,7 +95,10 @@ class ViewPlan:
 
 
 def quadruple(cfg: LoaderConfig) -> ViewPlan:
-    """MoQuad's quadruple under the ablation switches and motion ops of ``cfg`` (module docstring)."""
+    """MoQuad's quadruple under the ablation switches and motion ops of ``cfg``: the ``anchor`` (a clip at
+    dilation n), the positive (another clip at n, disturbed by the appearance op: the AD-Pos; a plain clip with
+    ``ad_pos=False``) and, per motion op, an Intra-Neg (the op's clip, e.g. dilation m for ``speed``) and an
+    AD-Intra-Neg (the same clip, disturbed), each dropped when its switch is off."""
     views = [View("anchor", "anchor"), View("positive", "ad_pos" if cfg.ad_pos else "pos", disturbed=cfg.ad_pos)]
     for i, op in enumerate(cfg.motion_ops):
         plain, disturbed = ("intra_neg", "ad_intra_neg") if i == 0 else (f"intra_neg:{op}", f"ad_intra_neg:{op}")

@@ -201,10 +201,37 @@ def out_dir(cfg: EvalConfig) -> Path:
     return eval_folder(cfg.checkpoint)
 
 
+def _test_split(cfg: EvalConfig, task: str) -> Split:
+    """``cfg.test_split`` of ``cfg.data``; a dataset whose videos are all in train (a folder preprocessed without
+    ``--split-ratios``) gets the fix preprocessing printed, again."""
+    from moquad import objstore
+    from moquad.preprocess.splits import NO_TEST_SPLIT_FIX
+
+    try:
+        return Split(cfg.data, cfg.test_split)
+    except FileNotFoundError:
+        splits = {n for n in objstore.listdir(objstore.join(cfg.data, "manifests")) if n.endswith(".parquet")}
+        if splits - {"errors.parquet"} != {"train.parquet"}:
+            raise  # another split is missing: the store's message names those there are
+    raise MoquadError(f"{cfg.data} has no {cfg.test_split!r} split: every video is in train, and {task} needs a "
+                      f"test split: {NO_TEST_SPLIT_FIX} (or pass --test-split with a split it has)")
+
+
+def result_path(cfg: EvalConfig, name: str, overwrite: bool) -> Path:
+    """Where a protocol writes its result ``name`` (the evaluation folder: ``cfg.out``, else ``RUN/eval``). One
+    that exists is replaced only with ``overwrite`` (the commands pass it: running one again replaces its result
+    and says where it wrote), so a Python call never silently replaces a result; asked before the work starts."""
+    path = out_dir(cfg) / name
+    if path.exists() and not overwrite:
+        raise MoquadError(f"{path} exists (a result written earlier); pass overwrite=True to replace it, or set "
+                          "EvalConfig.out to write the result elsewhere")
+    return path
+
+
 def labelled_splits(cfg: EvalConfig, task: str) -> tuple[Split, Split]:
     """The (train, test) splits ``cfg`` names, each with labelled videos; else the error a user acts on
     (a protocol over 0 labelled videos gives no number, e.g. SSv2's unlabelled test split)."""
-    splits = Split(cfg.data, cfg.train_split), Split(cfg.data, cfg.test_split)
+    splits = Split(cfg.data, cfg.train_split), _test_split(cfg, task)
     for split, flag in zip(splits, ("--train-split", "--test-split")):
         if not (split.label >= 0).any():
             raise MoquadError(f"{task} needs labelled videos, and split {split.split!r} of {cfg.data} has none "

@@ -156,7 +156,7 @@ def _write(path: Path, split: Split, rows_emb: np.ndarray, meta: dict[str, Any])
 
 def extract(cfg: EvalConfig, split: str, *, force: bool = False) -> Path:
     """Extract (or reuse) the features of ``split`` -> path of the Lance dataset (same on every rank); the clip
-    settings left unset are the checkpoint's (:func:`moquad.eval.common.with_clip`)."""
+    settings left unset (``frames``, ``size``, ``dilation``) are the checkpoint's pre-training clip."""
     cfg = with_clip(cfg)
     data = Split(cfg.data, split)
     if len(data) == 0:

@@ -176,7 +176,8 @@ def _protocol(cfg: EvalConfig, world: int) -> dict[str, Any]:
 
 def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None) -> dict[str, Any]:
     """Fine-tune (from the checkpoint, or from random init) on ``cfg.train_split``, test on ``cfg.test_split``;
-    write results to ``out_dir(cfg)``, and a copy of the JSON to ``json_path`` when given."""
+    write results to the evaluation folder (``cfg.out``, else ``RUN/eval`` beside the checkpoint), and a copy of
+    the JSON to ``json_path`` when given."""
     cfg = with_clip(cfg)
     rank, world = dist_env()
     if cfg.finetune.batch_size % world:

@@ -35,9 +35,9 @@ from moquad.eval.common import (
     check_unchanged,
     copy_result,
     labelled_splits,
-    out_dir,
     record,
     resolve_device,
+    result_path,
     snapshot,
     with_clip,
 )
@@ -157,19 +157,24 @@ def _cvrl(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tup
     return accuracy_report(probs, labels, classes), proto
 
 
-def linear(cfg: EvalConfig, fast: bool = True, *, json_path: str | Path | None = None) -> dict[str, Any]:
+def linear(cfg: EvalConfig, fast: bool = True, *, json_path: str | Path | None = None, quiet: bool = False,
+           overwrite: bool = False) -> dict[str, Any]:
     """Linear probe (``fast`` on cached features, else the CVRL protocol) trained on ``cfg.train_split``, tested on
-    ``cfg.test_split``; writes JSON + tables to ``out_dir(cfg)``, and a copy of the JSON to ``json_path`` when
-    given."""
+    ``cfg.test_split``; returns the result (``result["json"]``: where it was written).
+
+    Writes ``linear_fast.json`` (``linear_cvrl.json``) and its text table to the evaluation folder (``cfg.out``,
+    else ``RUN/eval`` beside the checkpoint), and a copy of the JSON to ``json_path`` when given. A result
+    already there (``moquad linear``'s, say) is an error unless ``overwrite``. ``quiet``: print no table."""
+    name = "linear_fast" if fast else "linear_cvrl"
+    path = result_path(cfg, f"{name}.json", overwrite)
     cfg = with_clip(cfg)
     train, test = labelled_splits(cfg, "the linear probe")
     report, proto = (_fast if fast else _cvrl)(cfg, store.classes(cfg.data), train, test)
     result = provenance(cfg, train, test)
     result.update(task="linear", protocol=proto, **report)
     record(result, cfg)
-    name = "linear_fast" if fast else "linear_cvrl"
-    path = write_result(result, out_dir(cfg) / f"{name}.json", [*accuracy_tables(f"linear probe ({name})", report),
-                                                                protocol_table("protocol", result)])
+    path = write_result(result, path, [*accuracy_tables(f"linear probe ({name})", report),
+                                       protocol_table("protocol", result)], quiet=quiet)
     copy_result(path, json_path)
     result["json"] = str(path)
     return result

@@ -24,6 +24,7 @@ clip rule (counted in the result as ``short_videos``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -37,12 +38,13 @@ from rich.progress import Progress
 from rich.table import Table
 from torch import nn
 
+from moquad.config import MotionConfig
 from moquad.data.augment import normalize
 from moquad.data.clip_frames import clip_span, uniform_clips
 from moquad.data.store import Split, read_info
 from moquad.errors import MoquadError
-from moquad.eval.clips import pretrain_clip, resize_short, spatial_crops
-from moquad.models.backbones import DEFAULT_INPUT, TORCHVISION_ARCHS
+from moquad.eval.clips import PretrainClip, pretrain_clip, resize_short, spatial_crops
+from moquad.models.backbones import BACKBONES, DEFAULT_INPUT, TORCHVISION_ARCHS
 
 # ----------------------------------------------------------------------------- the transforms
 
@@ -177,13 +179,25 @@ def resolve_pairs(classes: Sequence[str], user: Sequence[tuple[str, str]]) -> li
 
 @dataclass
 class Encoder:
-    """A frozen feature network (clips (N, 3, T, H, W) -> (N, D)) and where it came from."""
+    """A frozen feature network (clips (N, 3, T, H, W) -> (N, D)) and where it came from; ``info["clip"]``: the clip
+    its weights carry (:func:`config_clip`, :func:`native_clip`), absent when unknown."""
 
     label: str
     net: nn.Module
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def config_clip(config: dict[str, Any]) -> dict[str, Any]:
+    """``info["clip"]`` of weights with a moquad config (a checkpoint's, an export's card): its pre-training clip."""
+    clip = pretrain_clip(config)
+    return {"frames": clip.frames, "size": clip.size, "dilations": list(clip.dilations), "from": "pre-training"}
+
+
+def native_clip(arch: str) -> dict[str, Any]:
+    """``info["clip"]`` of weights that carry no clip (torchvision's, an export without its card): the native clip
+    of their backbone row (``moquad.models.BACKBONES``), e.g. 16 x 224 for mvit_v2_s."""
+    frames, size = BACKBONES[arch].clip
+    return {"frames": frames, "size": size, "dilations": None, "from": f"the {arch} row's native clip"}
 
 
 def _into_backbone(arch: str, sd: dict[str, torch.Tensor], torchvision_names: bool, model_input: str,
@@ -211,7 +225,8 @@ def _checkpoint_encoder(path: Path, arch: str | None) -> tuple[nn.Module, dict[s
     model, ckpt = load_model(path)
     cfg = ckpt["config"]
     return model.backbone, {"backbone": cfg["backbone"], "method": cfg.get("method"), "epoch": ckpt.get("epoch"),
-                            "model_input": cfg.get("model_input", DEFAULT_INPUT), "loader": cfg.get("loader") or {}}
+                            "model_input": cfg.get("model_input", DEFAULT_INPUT), "loader": cfg.get("loader") or {},
+                            "clip": config_clip(cfg)}
 
 
 def _safetensors_encoder(path: Path, arch: str | None) -> tuple[nn.Module, dict[str, Any]]:
@@ -236,7 +251,8 @@ def _safetensors_encoder(path: Path, arch: str | None) -> tuple[nn.Module, dict[
     model_input = cfg.get("model_input", DEFAULT_INPUT)
     net = _into_backbone(arch, sd, BACKBONES[arch].torchvision is not None, model_input, path)
     return net, {"backbone": arch, "method": cfg.get("method"), "model_input": model_input,
-                 "loader": cfg.get("loader") or {}, "card": str(card) if card.is_file() else None}
+                 "loader": cfg.get("loader") or {}, "card": str(card) if card.is_file() else None,
+                 "clip": config_clip(cfg) if cfg else native_clip(arch)}
 
 
 def _torchvision_encoder(path: Path, arch: str | None) -> tuple[nn.Module, dict[str, Any]]:
@@ -246,7 +262,8 @@ def _torchvision_encoder(path: Path, arch: str | None) -> tuple[nn.Module, dict[
 
     sd = load(path, require=())
     sd = sd.get("state_dict", sd) if isinstance(sd.get("state_dict"), dict) else sd
-    return _into_backbone(str(arch), sd, True, "rgb", path), {"backbone": arch, "method": "torchvision weights"}
+    return _into_backbone(str(arch), sd, True, "rgb", path), {"backbone": arch, "method": "torchvision weights",
+                                                              "clip": native_clip(str(arch))}
 
 
 # kind -> loader (path, architecture or None) -> (backbone, info); the kind comes from the spec (:func:`parse_spec`)
@@ -273,7 +290,10 @@ def parse_spec(spec: str) -> tuple[str, str, str | None, Path]:
 
 
 def load_encoder(spec: str) -> Encoder:
-    """The frozen backbone a spec names (:func:`parse_spec`), in eval mode."""
+    """The frozen backbone a spec ``[LABEL=][ARCH:]PATH`` names, in eval mode: a moquad checkpoint
+    (``RUN/checkpoints/last.pt``), an exported ``.safetensors``, or ``ARCH:WEIGHTS`` for a torchvision video
+    model's weights. The label (default: the run folder's name, or the file's stem) names it in the report.
+    The result has ``.label``, ``.net`` (the network: clips (N, 3, T, H, W) -> features (N, D)) and ``.info``."""
     label, kind, arch, path = parse_spec(spec)
     net, info = ENCODERS[kind](path, arch)
     return Encoder(label, net.eval(), {"kind": kind, "path": str(path.resolve()), **info})
@@ -391,13 +411,46 @@ def pick_split(data: str | Path, split: str | None) -> str:
 
 
 def geometry(encoders: Sequence[Encoder], frames: int | None, size: int | None) -> tuple[int, int]:
-    """Clip frames and crop size: as given, else the first moquad encoder's pre-training clip
-    (:func:`moquad.eval.clips.pretrain_clip` of its info), else 16 x 112 (torchvision's Kinetics models)."""
-    first = next((e for e in encoders if e.info.get("loader")), None)
-    if first is None:
-        return int(frames or 16), int(size or 112)
-    clip = pretrain_clip(first.info)
-    return int(frames or clip.frames), int(size or clip.size)
+    """Clip frames and crop size: as given, else the clip of the first encoder pre-trained by moquad (its
+    pre-training clip), else the first encoder's native clip (its backbone row's: torchvision's weights), else the
+    config's default clip."""
+    first = _clip_owner(encoders)
+    clip = encoder_clip(first) if first else dataclasses.asdict(pretrain_clip(None))
+    return int(frames or clip["frames"]), int(size or clip["size"])
+
+
+def encoder_clip(enc: Encoder) -> dict[str, Any] | None:
+    """The clip ``enc``'s weights carry (``info["clip"]``; an encoder made by hand with a moquad ``loader`` in its
+    info: that pre-training clip); None when unknown."""
+    return enc.info.get("clip") or (config_clip(enc.info) if enc.info.get("loader") else None)
+
+
+def _clip_owner(encoders: Sequence[Encoder]) -> Encoder | None:
+    known = [e for e in encoders if encoder_clip(e)]
+    return next((e for e in known if encoder_clip(e)["from"] == "pre-training"), known[0] if known else None)
+
+
+def clip_warnings(encoders: Sequence[Encoder], frames: int | None, size: int | None) -> list[str]:
+    """One ``warning:`` line per encoder whose weights carry another clip than the report's (the clip is one for
+    every encoder: ``frames`` / ``size`` as given, else :func:`geometry`'s), as the evaluation commands warn."""
+    from types import SimpleNamespace
+
+    from moquad.eval.common import clip_warning
+
+    at = geometry(encoders, frames, size)
+    given = [f"--{k}" for k, v in (("frames", frames), ("size", size)) if v is not None]
+    owner = _clip_owner(encoders)
+    who = f"{'/'.join(given)} set{'s' if len(given) == 1 else ''} it" if given else (
+        f"the report's clip is {owner.label}'s" if owner else "")
+    lines = []
+    for enc in encoders:
+        clip = encoder_clip(enc)
+        if clip:
+            trained = PretrainClip(clip["frames"], clip["size"], tuple(clip["dilations"] or ()), DEFAULT_INPUT)
+            line = clip_warning(SimpleNamespace(frames=at[0], size=at[1], dilation=None), trained, who=who,
+                                encoder=f"encoder {enc.label}")
+            lines += [line] if line else []
+    return lines
 
 
 def motion_report(data: str | Path, encoders: Sequence[Encoder], *, split: str | None = None, frames: int | None = None,
@@ -405,8 +458,10 @@ def motion_report(data: str | Path, encoders: Sequence[Encoder], *, split: str |
                   pairs: Sequence[tuple[str, str]] = (), knn_k: int = 10, seed: int = 0, batch_size: int = 16,
                   workers: int = 0, device: str = "cpu", show: bool = True, threads: int | None = None
                   ) -> dict[str, Any]:
-    """Features of every encoder under every transform -> the result (protocol, per-encoder measures).
-    ``threads``: CPU threads of torch while it runs (1 on a busy box: small ops wait less at barriers)."""
+    """The motion report of ``encoders`` (from ``moquad.load_encoder``) on a split of ``data``: features of every
+    encoder under every transform -> the result (protocol, per-encoder measures); ``moquad.write_report`` writes
+    it. ``show``: print the table. ``threads``: CPU threads of torch while it runs (1 on a busy box: small ops wait
+    less at barriers)."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
     try:
@@ -491,6 +546,25 @@ def table(result: dict[str, Any]) -> Table:
         cells = [COLUMNS[c][0](r) for c in COLUMNS]
         t.add_row(label, *["–" if v is None else COLUMNS[c][1].format(v) for c, v in zip(COLUMNS, cells)])
     return t
+
+
+def report(cfg: MotionConfig, encoders: Sequence[str], show: bool = True) -> dict[str, Any]:
+    """The motion report protocol (``moquad motion``, row ``motion`` of ``moquad.eval.protocols.PROTOCOLS``): the
+    encoders the specs name (:func:`load_encoder`), one warning line on stderr per encoder whose weights carry
+    another clip than the report's (:func:`clip_warnings`), the result written to ``cfg.out``
+    (:func:`write_report`; its paths under ``json`` and ``png``)."""
+    import sys
+
+    pairs = [parse_pair(p) for p in cfg.pair or ()]
+    loaded = [load_encoder(spec) for spec in encoders]
+    for line in clip_warnings(loaded, cfg.frames, cfg.size):
+        print(line, file=sys.stderr, flush=True)
+    result = motion_report(cfg.data, loaded, split=cfg.split, frames=cfg.frames, size=cfg.size, dilation=cfg.dilation,
+                           max_videos=cfg.max_videos, pairs=pairs, knn_k=cfg.knn_k, seed=cfg.seed,
+                           batch_size=cfg.batch_size, workers=cfg.workers, device=cfg.device, show=show,
+                           threads=cfg.threads)
+    json_path, png = write_report(result, cfg.out)
+    return {**result, "json": str(json_path), "png": str(png)}
 
 
 def write_report(result: dict[str, Any], out: str | Path) -> tuple[Path, Path]:

@@ -1,10 +1,11 @@
-"""The evaluation protocols: ONE table, name -> the protocol (what runs it, which settings it reads).
+"""The evaluation protocols: ONE table, name -> the protocol (what runs it, which settings it reads, what it needs).
 
-A new protocol is a module with a function ``f(cfg: EvalConfig, **options)`` plus one row here;
-``moquad.cli_eval`` builds its command's named flags from the row (every other setting stays
-reachable with ``--set``), and callers run it by name (:func:`run`). The function is imported when
-run, not when this table is read: the feature cache imports Lance, which is not fork-safe, so it
-must load after any stage that forks (``moquad quickstart``).
+Every evaluation command is a row: extract, retrieve, linear, finetune, cam and the motion report. A new protocol
+is a module with a function ``f(cfg, **options)`` plus one row here; ``moquad.cli_eval`` builds its command from
+the row (``--data``, ``--checkpoint`` when the row reads one, ``--recipe`` when its config has recipes, and the
+row's settings as named flags; every other setting stays reachable with ``--set``), and callers run it by name
+(:func:`run`). The function is imported when run, not when this table is read: the feature cache imports Lance,
+which is not fork-safe, so it must load after any stage that forks (``moquad quickstart``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from moquad.config import EvalConfig
+from moquad.config import EvalConfig, MotionConfig
 
 # the test views of every protocol that reads clips (EvalConfig's top level)
 VIEWS = ("num_clips", "frames", "dilation", "size", "crops", "out", "device")
@@ -22,14 +23,29 @@ VIEWS = ("num_clips", "frames", "dilation", "size", "crops", "out", "device")
 SPLITS = ("train_split", "test_split")
 
 
+def _always(cfg: Any) -> bool:
+    return True
+
+
+def _unless_random_init(cfg: EvalConfig) -> bool:
+    """Fine-tuning from random init (the supervised bound) reads no checkpoint."""
+    return cfg.finetune.init != "random"
+
+
 @dataclass(frozen=True)
 class Protocol:
-    """One evaluation protocol: ``module.function(cfg, **options)``, its summary, its named flags."""
+    """One evaluation protocol: ``module.function(cfg, **options)``, its summary, its named flags, the config its
+    settings live in, and what a run needs."""
 
     module: str
     function: str
     summary: str
-    flags: tuple[str, ...]  # EvalConfig settings (dotted for nested ones) with a named command-line flag
+    flags: tuple[str, ...]  # settings of ``config`` (dotted for nested ones) with a named command-line flag
+    config: type = EvalConfig
+    # whether a run of this config needs ``--checkpoint``; None: the protocol takes no checkpoint (the motion report
+    # names its encoders as arguments). With a checkpoint, the clip settings left unset are its pre-training clip.
+    needs_checkpoint: Callable[[Any], bool] | None = _always
+    needs_data: bool = True  # False: --data is optional (cam: only to find a video_id)
 
     def runner(self) -> Callable[..., Any]:
         """The function that runs the protocol (imported now)."""
@@ -49,18 +65,27 @@ PROTOCOLS: dict[str, Protocol] = {
     "finetune": Protocol("moquad.eval.finetune", "finetune",
                          "fine-tune the whole network (from the checkpoint or random init), multi-view test",
                          (*SPLITS, *VIEWS, "finetune.init", "finetune.backbone", "finetune.epochs", "finetune.lr",
-                          "finetune.batch_size")),
+                          "finetune.batch_size"), needs_checkpoint=_unless_random_init),
     "cam": Protocol("moquad.eval.cam", "cam", "class-activation maps over a video's frames (the paper's Fig. 5)",
-                    ("frames", "size", "device")),
+                    ("frames", "size", "out", "device"), needs_data=False),
+    "motion": Protocol("moquad.eval.motion", "report",
+                       "arrow of time, speed, mirror, appearance share and direction pairs of frozen encoders",
+                       ("out", "split", "frames", "size", "dilation", "max_videos", "pair", "knn_k", "seed",
+                        "batch_size", "workers", "device", "threads"), MotionConfig, needs_checkpoint=None),
 }
 
 
-def run(name: str, cfg: EvalConfig, **options: Any) -> Any:
-    """Run protocol ``name`` of :data:`PROTOCOLS` on ``cfg``; ``options``: the protocol's own keywords
-    (``split`` of extract, ``json_path`` of retrieve, ``fast`` of linear, ``video`` and ``out`` of cam ...).
+def run(name: str, cfg: Any, **options: Any) -> Any:
+    """Run protocol ``name`` of :data:`PROTOCOLS` on ``cfg`` (its row's config); ``options``: the protocol's own
+    keywords (``split`` of extract, ``json_path`` of retrieve, ``fast`` of linear, ``video`` and ``out`` of cam,
+    ``encoders`` of motion ...).
 
-    The clip settings ``cfg`` leaves unset are the checkpoint's pre-training clip; one set to something else
-    prints one warning line naming both (:func:`moquad.eval.common.with_clip`)."""
-    from moquad.eval.common import with_clip  # imports torch: not when the table is read
+    A protocol that reads a checkpoint: the clip settings ``cfg`` leaves unset are the checkpoint's pre-training
+    clip; one set to something else prints one warning line naming both (:func:`moquad.eval.common.with_clip`).
+    The motion report warns the same way for each encoder (:func:`moquad.eval.motion.clip_warnings`)."""
+    row = PROTOCOLS[name]
+    if row.needs_checkpoint is not None:
+        from moquad.eval.common import with_clip  # imports torch: not when the table is read
 
-    return PROTOCOLS[name].runner()(cfg=with_clip(cfg, warn=True), **options)
+        cfg = with_clip(cfg, warn=True)
+    return row.runner()(cfg=cfg, **options)

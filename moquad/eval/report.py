@@ -7,6 +7,7 @@ data (a checksum of the manifest rows used, ``moquad.data.store.manifest_checksu
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -51,13 +52,14 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def write_result(result: dict[str, Any], json_path: str | Path, tables: list[Table]) -> Path:
-    """Write ``result`` as JSON and the same numbers as a text table beside it (``.txt``); print the tables."""
+def write_result(result: dict[str, Any], json_path: str | Path, tables: list[Table], quiet: bool = False) -> Path:
+    """Write ``result`` as JSON and the same numbers as a text table beside it (``.txt``); print the tables unless
+    ``quiet``."""
     json_path = Path(json_path)
     if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
         return json_path  # one writer under torchrun: every rank computed the same numbers
     atomic_write_text(json_path, json.dumps(_jsonable(result), indent=2) + "\n")
-    console = Console(record=True, width=110)
+    console = Console(record=True, width=110, file=io.StringIO() if quiet else None)
     for t in tables:
         console.print(t)
     atomic_write_text(json_path.with_suffix(".txt"), console.export_text())

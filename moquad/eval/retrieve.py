@@ -26,7 +26,15 @@ from rich.table import Table
 
 from moquad.config import EvalConfig
 from moquad.eval.ann import lance_nearest, recall_at
-from moquad.eval.common import copy_result, labelled_splits, out_dir, record, resolve_device, with_clip
+from moquad.eval.common import (
+    copy_result,
+    labelled_splits,
+    out_dir,
+    record,
+    resolve_device,
+    result_path,
+    with_clip,
+)
 from moquad.eval.features import extract, read_features
 from moquad.eval.report import protocol_table, provenance, write_result
 from moquad.eval.search import TIE_DECIMALS, as_tensor, nearest, pair_similarities, prepare
@@ -46,7 +54,7 @@ def knn_classify(q: np.ndarray | torch.Tensor, g: np.ndarray | torch.Tensor, nn:
     Each query's k nearest gallery videos vote for their class with weight exp(cosine / t); classes
     rank by total vote; top-1 / top-5 = the query's class is the best / among the 5 best. As DINO:
     cosine on L2-normalised features (k, t: ``EvalConfig.knn_k`` / ``knn_t``, DINO's 20 and 0.07). Where this differs from DINO: the k
-    neighbours are ``nn`` (the exact order and tie rule of :func:`nearest`; DINO: ``torch.topk``,
+    neighbours are ``nn`` (the exact order and tie rule of ``moquad.nearest``; DINO: ``torch.topk``,
     ties unspecified); similarities are float64; equal class scores rank the lower label first
     (DINO: unspecified); a class with no vote never counts (DINO's top-5 can count a zero-score class
     when fewer than 5 classes are voted); weights are exp((s - max s) / t), the same ranking without
@@ -94,10 +102,16 @@ def _tables(cfg: EvalConfig, result: dict[str, Any], title: str) -> list[Table]:
     return [table, kt, protocol_table("protocol", result)]
 
 
-def retrieve(cfg: EvalConfig, json_path: str | Path | None = None) -> dict[str, Any]:
+def retrieve(cfg: EvalConfig, json_path: str | Path | None = None, *, quiet: bool = False,
+             overwrite: bool = False) -> dict[str, Any]:
     """Run the retrieval protocol and weighted kNN, ``cfg.test_split`` querying ``cfg.train_split`` (extracting
-    features first when not cached); write JSON + tables to ``out_dir(cfg)``, and a copy of the JSON to
-    ``json_path`` when given."""
+    features first when not cached) and return the result (``result["json"]``: where it was written).
+
+    Writes ``retrieval.json`` (``retrieval_center.json`` with ``cfg.center``) and its text table to the
+    evaluation folder (``cfg.out``, else ``RUN/eval`` beside the checkpoint), and a copy of the JSON to
+    ``json_path`` when given. A result already there (``moquad retrieve``'s, say) is an error unless
+    ``overwrite``. ``quiet``: print no table."""
+    path = result_path(cfg, f"retrieval{'_center' if cfg.center else ''}.json", overwrite)
     cfg = with_clip(cfg)
     gallery, queries = labelled_splits(cfg, "retrieval")
     query_split, gallery_split = queries.split, gallery.split
@@ -139,8 +153,7 @@ def retrieve(cfg: EvalConfig, json_path: str | Path | None = None) -> dict[str, 
     title = (f"retrieval: {len(q)} {query_split} queries vs {len(g)} {gallery_split} videos"
              f"{' (centred)' if cfg.center else ''}")
     record(result, cfg)
-    path = write_result(result, out_dir(cfg) / f"retrieval{'_center' if cfg.center else ''}.json",
-                        _tables(cfg, result, title))
+    path = write_result(result, path, _tables(cfg, result, title), quiet=quiet)
     copy_result(path, json_path)
     result["json"] = str(path)
     return result

@@ -144,11 +144,12 @@ def _fix_up(q: torch.Tensor, g: torch.Tensor, v: torch.Tensor, idx: torch.Tensor
 
 def nearest(q: np.ndarray | torch.Tensor, g: np.ndarray | torch.Tensor, k: int, chunk: int | None = None,
             cuts: Sequence[int] | None = None) -> np.ndarray:
-    """Indices (Q, k) of the k most similar gallery rows (inputs already prepared), ties as documented.
+    """Indices (Q, k) of the k most similar gallery rows (inputs from ``moquad.prepare_features``).
 
-    Exact at the cost of a float32 matmul: float32 similarities and top-(k + margin) on the device of
-    ``q`` (a GPU when given CUDA tensors), then float64 only for the near-ties that can change the
-    result (:func:`_fix_up`, bound :func:`fp32_error_bound`). ``cuts``: the prefix lengths whose SETS
+    Ties: similarities are compared at a resolution of 1e-9, and equal ones are ordered by gallery position,
+    lower first (a tie at the k-th place does not count in the query's favour). Exact at the cost of a float32
+    matmul: float32 similarities and top-(k + margin) on the device of ``q`` (a GPU when given CUDA tensors),
+    then float64 only for the near-ties that can change the result. ``cuts``: the prefix lengths whose SETS
     must be exact (hit@k for k in cuts; k itself always); default: every place, i.e. the whole order
     is the tie rule's. Between two cuts the order is float32's. Queries go in chunks (default: 64 M
     similarities, 256 MB, at a time; 1 GB on a GPU), so K400-size galleries fit.

@@ -10,8 +10,11 @@ from moquad.models.heads import ProjectionHead
 
 
 class VideoModel(nn.Module):
-    """``backbone(x)``: pooled features (N, feat_dim), what evaluation uses; ``model(x)``: the projection
-    (N, proj_dim) the contrastive losses use (not normalised here: the losses normalise)."""
+    """A backbone with a projection head, as pre-training trains it (``moquad.build_model`` builds one).
+
+    ``model.backbone(x)``: pooled features (N, feat_dim) of clips (N, 3, T, H, W), what evaluation uses;
+    ``model(x)``: the projection (N, proj_dim) the contrastive losses use (not normalised here: the losses
+    normalise)."""
 
     def __init__(self, backbone: nn.Module, feat_dim: int, proj_hidden: int, proj_dim: int):
         super().__init__()
@@ -24,8 +27,8 @@ class VideoModel(nn.Module):
 
 
 def build_model(name: str, proj_dim: int, proj_hidden: int, model_input: str = DEFAULT_INPUT) -> VideoModel:
-    """Backbone ``name`` (see ``BACKBONES``) reading ``model_input`` (``INPUTS``) with a fresh projection head,
-    randomly initialised.
+    """Backbone ``name`` (a row of ``moquad.BACKBONES``) reading ``model_input`` (``rgb``, or ``diff``: frame
+    differences) with a fresh projection head, randomly initialised.
 
     The head sizes have no default here: they are ``PretrainConfig.proj_dim`` / ``proj_hidden``.
     """

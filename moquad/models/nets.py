@@ -1,4 +1,4 @@
-"""Backbone networks: each maps clips (N, 3, T, H, W) to pooled features (N, out_dim).
+"""Backbone networks: each maps clips (N, 3, T, H, W) to pooled features (N, D); D is the row's ``dim``.
 
 ``TinyNet`` (tests, CPU demo) and the wrappers that strip torchvision's video classifiers;
 :mod:`moquad.models.backbones` names them (R3D-50 is :mod:`moquad.models.r3d50`).
@@ -40,11 +40,10 @@ class TinyNet(nn.Module):
 class TorchvisionTrunk(nn.Module):
     """A torchvision video classifier with its final fc removed."""
 
-    def __init__(self, net: nn.Module, out_dim: int):
+    def __init__(self, net: nn.Module):
         super().__init__()
         net.fc = nn.Identity()
         self.net = net
-        self.out_dim = out_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -58,7 +57,6 @@ class S3DTrunk(nn.Module):
         net = tvv.s3d(weights=None)
         self.features = net.features
         self.pool = nn.AdaptiveAvgPool3d(1)
-        self.out_dim = 1024
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.pool(self.features(x)).flatten(1)

@@ -1,7 +1,7 @@
 """Video transformers: torchvision's ``swin3d_t`` and ``mvit_v2_s`` (random init) without their classifiers.
 
 Each trunk keeps torchvision's module tree under ``net`` (so an export is torchvision's state dict minus the head)
-and maps clips (N, 3, T, H, W) to pooled features (N, 768) at ANY clip size:
+and maps clips (N, 3, T, H, W) to pooled features (their size: the backbone row's ``dim``) at ANY clip size:
 
 - ``SwinTrunk``: torchvision's own forward with ``head = Identity``: patch embedding, four stages of shifted-window
   attention (torchvision pads to the window), LayerNorm, global average pool. Nothing depends on the clip size.
@@ -38,7 +38,7 @@ def _without_drop_path(net: nn.Module) -> nn.Module:
 
 
 class SwinTrunk(nn.Module):
-    """torchvision ``swin3d_t()`` with ``head = Identity``: (N, 3, T, H, W) -> (N, 768)."""
+    """torchvision ``swin3d_t()`` with ``head = Identity``: (N, 3, T, H, W) -> the mean of its last-stage tokens."""
 
     num_layers = 12  # transformer blocks: 2 + 2 + 6 + 2
 
@@ -47,7 +47,6 @@ class SwinTrunk(nn.Module):
         net = _without_drop_path(tvv.swin3d_t(weights=None))
         net.head = nn.Identity()
         self.net = net
-        self.out_dim = 768
         depths = [len(net.features[i]) for i in range(0, len(net.features), 2)]  # 2, 2, 6, 2
         self._first = [sum(depths[:i]) for i in range(len(depths))]  # block index of each stage's first block
 
@@ -74,7 +73,7 @@ class SwinTrunk(nn.Module):
 
 class MViTTrunk(nn.Module):
     """torchvision ``mvit_v2_s()`` with ``head = Identity``, run at the clip's own token grid: (N, 3, T, H, W) ->
-    (N, 768), the class token."""
+    the class token after the final LayerNorm."""
 
     num_layers = 16  # multiscale blocks
 
@@ -83,7 +82,6 @@ class MViTTrunk(nn.Module):
         net = _without_drop_path(tvv.mvit_v2_s(weights=None))
         net.head = nn.Identity()
         self.net = net
-        self.out_dim = 768
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         net = self.net

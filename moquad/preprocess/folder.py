@@ -26,6 +26,30 @@ def _folder_vid(path: Path, base: Path) -> str:
     return path.relative_to(base).as_posix()
 
 
+SPLIT_FOLDERS = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}  # any case
+
+
+def _check_split_folders(root: Path, split_dirs: list[tuple[str, Path]]) -> None:
+    """A folder named like a split (``test``) is read as a split whose sub-folders are the classes. When that
+    cannot be what the user meant, say so instead of skipping videos: other folders of ROOT hold videos too (a
+    class named ``test`` beside ``cats`` and ``dogs``), or a split folder holds videos directly."""
+    from moquad.preprocess.transcode import VIDEO_EXTENSIONS
+
+    named = ", ".join(d.name for _, d in split_dirs)
+    others = [d.name for d in sorted(root.iterdir()) if d.is_dir() and d.name.lower() not in SPLIT_FOLDERS
+              and not d.name.startswith(".") and walk_videos(d, root)]
+    if others:
+        raise ValueError(f"{root} holds split folders ({named}) beside class folders ({', '.join(others[:5])}"
+                         f"{', ...' if len(others) > 5 else ''}): a folder named train, val or test is read as a "
+                         f"split whose sub-folders are the classes; if {named} is a class, rename it (e.g. "
+                         f"{split_dirs[0][1].name}_class), else move every class folder into the split folders")
+    for _, d in split_dirs:
+        if any(f.is_file() and f.suffix.lower() in VIDEO_EXTENSIONS for f in d.iterdir()):
+            raise ValueError(f"{d} holds videos directly, but a folder named {d.name} is read as a split whose "
+                             f"sub-folders are the classes; if {d.name} is a class, rename it (e.g. {d.name}_class), "
+                             "else put its videos in class sub-folders")
+
+
 def list_folder(root: Path) -> Listing:
     """Class sub-folders (optionally under train/val/test) or a CSV/TSV list ``path,label[,split]``."""
     if root.is_file():
@@ -33,8 +57,10 @@ def list_folder(root: Path) -> Listing:
             raise ValueError(f"{root} is a file, not a folder or a .csv/.tsv list; pass a folder of class "
                              "sub-folders or a CSV/TSV with rows path,label[,split]")
         return _list_table(root)
-    named = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}  # any case
-    split_dirs = sorted((named[d.name.lower()], d) for d in root.iterdir() if d.is_dir() and d.name.lower() in named)
+    split_dirs = sorted((SPLIT_FOLDERS[d.name.lower()], d) for d in root.iterdir()
+                        if d.is_dir() and d.name.lower() in SPLIT_FOLDERS)
+    if split_dirs:
+        _check_split_folders(root, split_dirs)
     bases = split_dirs or [("train", root)]
     walked = [(p, links, split, c.name) for split, base in bases for c in sorted(d for d in base.iterdir() if d.is_dir())
               for p, links in walk_videos(c, root)]

@@ -27,6 +27,8 @@ from typing import Any
 from moquad.errors import MoquadError
 from moquad.preprocess.listing import Listing, Video
 
+# what to do about a dataset whose videos are all in train (said by preprocessing, and again by an evaluation)
+NO_TEST_SPLIT_FIX = "preprocess again into a new --out with --split-ratios 0.8,0.2"
 DRAWN_SPLITS = {2: ("train", "test"), 3: ("train", "val", "test")}  # number of --split-ratios shares -> split names
 
 

@@ -55,8 +55,10 @@ def print_run(summary: dict[str, Any], cfg: PreprocessConfig, name: str, out: Lo
         Console().print(f"part {cfg.part} done; once all {cfg.num_parts} parts finished, run "
                         f"`moquad preprocess {cfg.dataset} {cfg.root} --out {out} --merge`")
     if split_method == "none":
-        print("note: every video is in the train split; retrieve, linear and finetune need a test split: "
-              "preprocess again into a new --out with --split-ratios 0.8,0.2")
+        from moquad.preprocess.splits import NO_TEST_SPLIT_FIX
+
+        print(f"note: every video is in the train split; retrieve, linear and finetune need a test split: "
+              f"{NO_TEST_SPLIT_FIX}")
 
 
 def print_summary(summary: dict[str, Any], title: str = "") -> None:

@@ -114,7 +114,8 @@ def _unreadable_reason(e: Exception) -> str:
 def load(path: str | Path, require: tuple[str, ...] = REQUIRED) -> dict[str, Any]:
     """Read a checkpoint on CPU with ``weights_only=True`` (no arbitrary code from the file).
 
-    ``require``: entries the dict must have (``RESUME_KEYS`` to continue training).
+    ``require``: entries the dict must have (a checkpoint to continue training from also holds ``optimizer``,
+    ``step`` and ``epoch``).
     """
     path = Path(path)
     if not path.is_file():

@@ -45,7 +45,7 @@ from moquad.train.losses import Projections
 from moquad.train.methods import METHODS, Stage, resolve
 from moquad.train.momentum import MomentumEncoder, Online, gather_keys
 from moquad.train.momentum import build as build_momentum
-from moquad.train.optimizers import make_optimizer
+from moquad.train.optimizers import make_optimizer, pretrain_optimizer
 from moquad.train.schedule import lr_schedule, stage_per_epoch
 
 
@@ -133,7 +133,9 @@ class Trainer:
 
 
 def pretrain(cfg: PretrainConfig, *, tensorboard: bool = True, progress: bool = True) -> Path:
-    """Pre-train and return the final checkpoint (``RUN/checkpoints/last.pt``)."""
+    """Pre-train as ``moquad pretrain`` does and return the final checkpoint (``RUN/checkpoints/last.pt``, RUN
+    being ``cfg.out``); ``cfg.resume`` continues the run in RUN. ``tensorboard``: also write TensorBoard logs;
+    ``progress``: show the progress bar (a line per epoch when the output is not a terminal)."""
     info = dist.init(cfg.device)
     try:
         with dist.on_main(lock.hold(cfg.out, "pretrain"), info.device), preempt.watch():
@@ -168,6 +170,7 @@ def pretrain(cfg: PretrainConfig, *, tensorboard: bool = True, progress: bool = 
 
 def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress: bool) -> Trainer:
     """Data, model, optimizer, schedule, resume and logging of a run (one named step each)."""
+    cfg, optimizer_line = pretrain_optimizer(cfg)  # the backbone's optimizer and its setting, unless set
     world, rank, device = info.world_size, info.rank, info.device
     if cfg.batch_size <= 0 or cfg.batch_size % world:
         raise ValueError(f"batch_size {cfg.batch_size} (global) must be a positive multiple of the {world} processes")
@@ -195,6 +198,7 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
     start = checkpoint.resume(cfg, run / "checkpoints" / "last.pt", model, optimizer, spe, checksum, momentum)
     if main:
         report()
+        print(optimizer_line, flush=True)
         if cfg.resume:
             print(checkpoint.resume_message(run / "checkpoints" / "last.pt", start, spe, cfg.epochs), flush=True)
     # ------------------------------------------------------------ distributed
@@ -218,7 +222,7 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
         _cut_bad_log(run / "bad_samples.jsonl", start)
     t = Trainer(cfg, info, model, core, optimizer, lrs, stages, spe, start, run, checksum, logger,
                 run / "bad_samples.jsonl", momentum, data)
-    t.progress, t.task = _progress(main and progress, t.total, start)
+    t.progress, t.task = _progress(main and progress, t.total, start, spe, cfg.batch_size)
     return t
 
 
@@ -279,12 +283,10 @@ def small_run_advice(videos: int, batch: int, epochs: int) -> str:
     return text + f"for at least {MIN_STEPS} steps use {fix}"
 
 
-def _progress(enabled: bool, total: int, completed: int):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+def _progress(enabled: bool, total: int, completed: int, steps_per_epoch: int, batch_size: int):
+    from moquad.train.progress import progress
 
-    prog = Progress(TextColumn("pretrain"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    TextColumn("{task.fields[info]}"), disable=not enabled)
-    return prog, prog.add_task("pretrain", total=total, completed=completed, info="")
+    return progress(enabled, total, completed, steps_per_epoch, batch_size)
 
 
 def save_checkpoint(t: Trainer, step: int, epoch: int) -> None:

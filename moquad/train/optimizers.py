@@ -13,15 +13,26 @@
   half-period cosine, :func:`moquad.train.schedule.lr_schedule`); it sets each group's ``lr`` every step, and
   :class:`ScaledAdamW` multiplies it by the group's ``lr_scale`` inside ``step``.
 
+Pre-training settles its optimizer here, in one place (:func:`pretrain_optimizer`, which
+:func:`moquad.settings.resolve` and the trainer apply): the optimizer a recipe or a flag names, else the backbone
+row's (``moquad.models.BACKBONES``: ``lars`` for the CNNs, ``adamw_vit`` for the transformers); its lr, weight decay
+and warm-up as set, else that optimizer's pre-training setting (a row's ``pretrain``, with its source). The
+start-up line says which.
+
 Adding an optimizer is one entry in :data:`OPTIMIZERS`. This module imports no torch at load time (each builder
 imports its optimizer when called), so :mod:`moquad.settings` reads the names for free to check the setting.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from moquad.config import PretrainConfig
+from moquad.errors import MoquadError
+from moquad.models.backbones import BACKBONES  # the backbone table imports no torch
 
 if TYPE_CHECKING:
     import torch
@@ -101,19 +112,57 @@ def _scaled_adamw(groups: list[dict], lr: float, weight_decay: float) -> torch.o
 
 
 @dataclass(frozen=True)
+class PretrainSetting:
+    """An optimizer's pre-training hyper-parameters, for the ones a recipe or a flag leaves unset."""
+
+    lr: float  # at batch 256 (scaled linearly with the global batch, moquad.train.schedule)
+    weight_decay: float
+    lr_warmup_epochs: float
+    source: str  # where the numbers come from (the start-up line names it)
+
+
+@dataclass(frozen=True)
 class Optimizer:
-    """One row: how the parameters are grouped, and the torch optimizer built over the groups."""
+    """One row: how the parameters are grouped, the torch optimizer built over the groups, and its pre-training
+    setting (None: a run that picks it sets lr, weight decay and warm-up itself)."""
 
     build: Builder
     groups: Grouping = _norm_bias_groups
+    pretrain: PretrainSetting | None = None
 
 
 OPTIMIZERS: dict[str, Optimizer] = {
-    "lars": Optimizer(_lars),
+    # the paper's (Sec. 4.1: LARS at batch 256, lr 3.2, half-period cosine), with SimCLR's weight decay and warm-up
+    "lars": Optimizer(_lars, pretrain=PretrainSetting(3.2, 1e-6, 10.0, "the paper's LARS setting")),
     "sgd": Optimizer(_sgd),
     "adamw": Optimizer(_adamw),
-    "adamw_vit": Optimizer(_scaled_adamw, transformer_groups),
+    # MoCo v3's contrastive ViT pre-training (Chen, Xie, He, ICCV 2021; facebookresearch/moco-v3 CONFIG.md)
+    "adamw_vit": Optimizer(_scaled_adamw, transformer_groups,
+                           PretrainSetting(1.5e-4, 0.1, 40.0, "MoCo v3's ViT setting")),
 }
+# the settings a PretrainSetting fills: (how the start-up line names one, how it states its value)
+SETTING_KEYS = {"lr": ("lr", "lr {:g} at batch 256"), "weight_decay": ("weight decay", "weight decay {:g}"),
+                "lr_warmup_epochs": ("warm-up", "{:g} warm-up epochs")}
+
+
+def pretrain_optimizer(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
+    """``cfg`` with its optimizer, lr, weight decay and warm-up settled (the ones left unset: the backbone row's
+    optimizer and that optimizer's pre-training setting), and the start-up line that says what they are and which
+    of them are the backbone's default and the optimizer's setting. Settling a settled config changes nothing."""
+    name = cfg.optimizer or BACKBONES[cfg.backbone].optimizer
+    unset = [k for k in SETTING_KEYS if getattr(cfg, k) is None]
+    setting = OPTIMIZERS[name].pretrain
+    if unset and setting is None:
+        raise MoquadError(f"optimizer {name} has no pre-training setting; set {', '.join(unset)} (--set KEY=VALUE "
+                          f"or a recipe), or choose one of {', '.join(n for n, o in OPTIMIZERS.items() if o.pretrain)}")
+    cfg = dataclasses.replace(cfg, optimizer=name, **{k: getattr(setting, k) for k in unset})
+    default = BACKBONES[cfg.backbone].optimizer
+    whose = f"the {cfg.backbone} backbone's default" if name == default else \
+        f"set; the {cfg.backbone} backbone's default is {default}"
+    values = ", ".join(text.format(getattr(cfg, k)) for k, (_, text) in SETTING_KEYS.items())
+    same = [word for k, (word, _) in SETTING_KEYS.items() if setting and getattr(cfg, k) == getattr(setting, k)]
+    told = f" ({', '.join(same)}: {setting.source})" if same else ""
+    return cfg, f"pretrain: optimizer {name} ({whose}), {values}{told}"
 
 
 def make_optimizer(module: nn.Module, name: str, lr: float, weight_decay: float,

@@ -5,7 +5,7 @@ or cancels a job; spot instances send SIGTERM. The handler only records the sign
 reads :func:`requested` at its log steps, where each rank's flag is reduced (max) together with the
 step's other numbers, so every rank stops after the same step at no extra cost. Rank 0 then writes the
 checkpoint, all ranks wait for it (a barrier) and raise :class:`Preempted`: a ``SystemExit`` with code
-75 (``EX_TEMPFAIL`` of sysexits.h, "try again later"); ``train/slurm_pretrain.sbatch`` requeues the job
+75 (``EX_TEMPFAIL`` of sysexits.h, "try again later"); ``scripts/pretrain_slurm.sbatch`` requeues the job
 on that code and the requeued job continues with ``--resume``. DataLoader workers ignore both signals
 (their rank stops them: :mod:`moquad.data.workers`).
 
@@ -121,7 +121,7 @@ def preempted(step: int) -> Preempted:
 
 
 def mark() -> None:
-    """Touch ``$MOQUAD_PREEMPTED`` when set: ``train/slurm_pretrain.sbatch`` requeues on that file, not on srun's
+    """Touch ``$MOQUAD_PREEMPTED`` when set: ``scripts/pretrain_slurm.sbatch`` requeues on that file, not on srun's
     exit code (with --kill-on-bad-exit=1, a rank killed while exiting 75 makes that code 137)."""
     path = os.environ.get("MOQUAD_PREEMPTED")
     if path:

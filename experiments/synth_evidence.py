@@ -8,8 +8,8 @@ measures of the frozen features on the test split: retrieval hit@1 (test queries
 DINO's weighted kNN top-1 and the fast linear probe's top-1. Prints mean +- std over seeds, writes
 ``evidence.json`` and the paper's Fig. 4 diagnostic per family (``ranks_<kind>.png``).
 
-    python benchmarks/synth_evidence.py --out runs/evidence                    # both families, seeds 0 1 2
-    python benchmarks/synth_evidence.py --out runs/ev --kinds directions --seeds 0 --epochs 120
+    python experiments/synth_evidence.py --out runs/evidence                    # both families, seeds 0 1 2
+    python experiments/synth_evidence.py --out runs/ev --kinds directions --seeds 0 --epochs 120
 
 The settings are the quickstart's (``train/cpu_demo.yaml`` and ``eval/cpu_demo.yaml``).
 """

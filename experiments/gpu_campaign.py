@@ -1,8 +1,8 @@
 """The GPU campaign: every GPU path and a GPU-scale ladder, in jobs that each fit one device call (docs/gpu.md).
 
-    python benchmarks/gpu_campaign.py --budget-s 540 [--jobs paths,decode,ladder] [--device cuda|cpu] [--tiny]
+    python experiments/gpu_campaign.py --budget-s 540 [--jobs paths,decode,ladder] [--device cuda|cpu] [--tiny]
                                       [--out docs/gpu]
-    python benchmarks/gpu_campaign.py --collect DIR      # copy a device call's JSONs (its $OUT) into docs/gpu/
+    python experiments/gpu_campaign.py --collect DIR      # copy a device call's JSONs (its $OUT) into docs/gpu/
 
 Each job writes ONE JSON ``OUT/<job>.json``: the device (name, driver, memory, torch / CUDA versions, cores), the
 git commit (or ``$MOQUAD_COMMIT``), the hash of the code (``moquad/`` and the two benchmark scripts), the command,
@@ -19,7 +19,7 @@ Jobs (``JOBS``; sizes in ``SIZES``, ``--tiny``: toy sizes for the CPU dry run of
   evaluation commands end to end on its checkpoint (extract, retrieve, linear --fast, finetune 1 epoch, cam, motion).
 - ``decode``: ``moquad pretrain`` on 2 CPU cores (taskset) in each data path against the GPU-bound rate
   (the same step on a synthetic batch already on the device).
-- ``ladder-<family>-s<seed>-<method>``: a synthetic family (benchmarks/motion_ladder.py's FAMILIES) of 2,000
+- ``ladder-<family>-s<seed>-<method>``: a synthetic family (experiments/motion_ladder.py's FAMILIES) of 2,000
   videos at 128 px rendered on the machine's cores, R3D-18 pre-trained at 16x112, batch 64, 1,000 steps with the
   CPU demo's recipe (train/cpu_demo.yaml; lr 3.2 at batch 256 and the paper's head), then weighted kNN and the
   fast linear probe. ``random`` is the untrained network. One method per job: on an H100 MoQuad alone is ~330 s
@@ -50,7 +50,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent  # this folder: the GPU benchmark and the ladder, imported by name
+ROOT = HERE.parent
 DOCS = ROOT / "docs" / "gpu"
 # import name -> the wheel the GPU machines' image lacks (docs/gpu.md: KINDS.md's package list; pylance 0.20 as its
 # wheel is 33 MB where 14.x is 85 MB, over a device call's 64 MiB; 0.20 lacks only the IVF_FLAT ANN index)
@@ -105,15 +106,13 @@ class OutOfTime(Exception):
 
 
 def ensure_wheels() -> list[str]:
-    """Install the wheels of ``.whl/`` into SITE when a module of WHEELS is missing (the bare GPU machine);
-    returns the modules still missing (each one line of the record)."""
+    """Install the wheels of ``.whl/`` into SITE when a module of WHEELS is missing (the bare GPU machine), then run
+    again with SITE on the path; returns the modules still missing (each one line of the record)."""
     missing = [m for m in WHEELS if importlib.util.find_spec(m) is None]
-    if missing and list((ROOT / ".whl").glob("*.whl")):
+    if missing and list((ROOT / ".whl").glob("*.whl")) and not Path(SITE).is_dir():
         print(f"installing wheels for {', '.join(missing)}: {INSTALL}", flush=True)
         subprocess.run(INSTALL.replace("python3", shlex.quote(sys.executable), 1), shell=True, cwd=ROOT, check=False)
-        sys.path.insert(0, SITE)
-        importlib.invalidate_caches()
-        missing = [m for m in WHEELS if importlib.util.find_spec(m) is None]
+        reexec_on_path()
     if missing:
         print(f"warning: missing {', '.join(missing)}; on a machine without them run here: {DOWNLOAD}, and carry .whl",
               flush=True)
@@ -121,17 +120,28 @@ def ensure_wheels() -> list[str]:
 
 
 def child_env() -> dict[str, str]:
-    """The environment of every subprocess: this checkout and SITE on the path, output unbuffered."""
+    """The environment of every subprocess and of the campaign itself: SITE and this checkout first on the path
+    (the bare GPU machine has no moquad installed; elsewhere this checkout wins), output unbuffered."""
     path = [SITE] if Path(SITE).is_dir() else []
-    path += [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p), "PYTHONUNBUFFERED": "1"}
+    path += [str(ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    path = list(dict.fromkeys(p for p in path if p))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), "PYTHONUNBUFFERED": "1"}
+
+
+def reexec_on_path() -> None:
+    """Run this command again under :func:`child_env` unless it already runs there: imports resolve by the
+    environment, the same in the campaign and in its subprocesses, and nothing edits ``sys.path``."""
+    env = child_env()
+    if os.environ.get("PYTHONPATH") != env["PYTHONPATH"]:
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
 
 
 def code_hash() -> str:
     """sha256 (12 hex) of the code a result depends on: moquad/ (sources and recipes) and the campaign scripts."""
     h = hashlib.sha256()
     files = sorted(p for p in (ROOT / "moquad").rglob("*") if p.suffix in (".py", ".yaml") and p.is_file())
-    for p in [*files, ROOT / "benchmarks" / "bench_gpu.py", Path(__file__).resolve()]:
+    for p in [*files, HERE / "bench_gpu.py", Path(__file__).resolve()]:
         h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:12]
 
@@ -254,9 +264,9 @@ def render(out: Path, family: str, seed: int, videos: int, px: int, frames: int,
     from multiprocessing import get_context
 
     from bench_gpu import _render_chunk
-    from fixtures import write_frames
     from motion_ladder import FAMILIES
 
+    from moquad.preprocess.frames import write_frames
     from moquad.synth import DIRECTIONS, MOTIONS
 
     kind, extra = FAMILIES[family]
@@ -642,7 +652,6 @@ def campaign(args: argparse.Namespace) -> int:
     t_start = time.time()
     deadline = t_start + args.budget_s
     missing = ensure_wheels()
-    sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests")]
     code = code_hash()
     base = {"device": device_info(args.device), "commit": git_commit(), "code_hash": code,
             "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "missing_modules": missing,
@@ -708,6 +717,7 @@ def main() -> None:
         return
     if args.collect:
         sys.exit(collect(args.collect))
+    reexec_on_path()
     if args.device is None:
         import torch
 

@@ -5,7 +5,7 @@ cannot learn to tell dilations apart even WITH labels, speed negatives cannot te
 motion either. This trains the backbone + a linear head to predict each clip's dilation
 (from the loader's own clips, augmentation included, RAD off) and prints held-out accuracy.
 
-    python benchmarks/speed_probe.py DATA --frames 8 --size 48 --width 32 --epochs 30
+    python experiments/speed_probe.py DATA --frames 8 --size 48 --width 32 --epochs 30
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Why is MoQuad's retrieval gain small on the ``directions`` family? Measurements of frozen features (issue 16).
 
-For every run folder of ``benchmarks/synth_evidence.py`` (``data/shards``, ``{random,simclr,moquad}/checkpoints/
+For every run folder of ``experiments/synth_evidence.py`` (``data/shards``, ``{random,simclr,moquad}/checkpoints/
 last.pt``, ``quickstart.json``) and every checkpoint, the demo's test views (``eval/cpu_demo.yaml``: 5 clips of
 8 frames, 32 px, centre crop) of both splits go through the tiny backbone once, and several video features are
 read from that pass (each the mean over the clips, as ``moquad extract`` does):
@@ -31,8 +31,8 @@ motion. Three tables per run folder, then mean +- std over the folders of one fa
 Also printed: the largest difference between the pooled feature here and ``moquad extract``'s cache (the
 probe reads what moquad evaluates), and the Fig. 4 ranks of each run's last 20 % of steps.
 
-    nice python benchmarks/feature_probe.py /work/runs/evidence/directions/seed0 --out runs/probe/probe.json
-    nice python benchmarks/feature_probe.py RUN --checkpoint "warm-up 0.2=runs/w/checkpoints/last.pt"
+    nice python experiments/feature_probe.py /work/runs/evidence/directions/seed0 --out runs/probe/probe.json
+    nice python experiments/feature_probe.py RUN --checkpoint "warm-up 0.2=runs/w/checkpoints/last.pt"
 
 One torch thread (the machine is shared): ~15 s per checkpoint on 2 cores, 3 checkpoints per run folder.
 """
@@ -287,7 +287,7 @@ def report(title: str, results: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("runs", nargs="+", type=Path, help="run folders of benchmarks/synth_evidence.py")
+    ap.add_argument("runs", nargs="+", type=Path, help="run folders of experiments/synth_evidence.py")
     ap.add_argument("--checkpoint", action="append", default=[], metavar="LABEL=PATH",
                     help="another checkpoint to probe on each run folder's data (repeatable)")
     ap.add_argument("--recipe", default="eval/cpu_demo.yaml", help="evaluation recipe of the test views")

@@ -1,7 +1,7 @@
 """Render docs/gpu.md from the GPU campaign's JSONs (docs/gpu/*.json) and the earlier runs' (docs/bench_gpu_*.json).
 
-    python benchmarks/render_gpu_docs.py            # writes docs/gpu.md
-    python benchmarks/render_gpu_docs.py --stdout   # prints it
+    python experiments/render_gpu_docs.py            # writes docs/gpu.md
+    python experiments/render_gpu_docs.py --stdout   # prints it
 
 Every table names the device and the date of its run; only CUDA runs are rendered (``--include-cpu`` adds the
 CPU dry runs, for the test). The jobs of the campaign with no CUDA run yet are listed, so the page says what
@@ -15,11 +15,9 @@ import contextlib
 import io
 import json
 import re
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
 EARLIER = ("bench_gpu_h200.json", "bench_gpu_h100.json")
 
 
@@ -104,7 +102,7 @@ def earlier_md(path: Path) -> list[str]:
     with contextlib.redirect_stdout(buf):
         print_tables(r)
     return [f"### {path.name}: {r['device']}, torch {r['torch']}, {r.get('date', 'date not recorded')} "
-            "(`benchmarks/bench_gpu.py`)", "", *buf.getvalue().strip().splitlines()[1:], ""]
+            "(`experiments/bench_gpu.py`)", "", *buf.getvalue().strip().splitlines()[1:], ""]
 
 
 def render(folder: Path, earlier: list[Path], include_cpu: bool = False) -> str:
@@ -113,8 +111,8 @@ def render(folder: Path, earlier: list[Path], include_cpu: bool = False) -> str:
 
     records = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
     records = [r for r in records if "job" in r and (include_cpu or r["device"].get("kind") == "cuda")]
-    out = ["# GPU results", "", "Rendered by `python benchmarks/render_gpu_docs.py` from `docs/gpu/*.json` (the GPU "
-           "campaign, `benchmarks/gpu_campaign.py`; how to run a slot: [gpu-campaign.md](gpu-campaign.md)) and the "
+    out = ["# GPU results", "", "Rendered by `python experiments/render_gpu_docs.py` from `docs/gpu/*.json` (the GPU "
+           "campaign, `experiments/gpu_campaign.py`; how to run a slot: [gpu-campaign.md](gpu-campaign.md)) and the "
            "earlier `docs/bench_gpu_*.json`. Do not edit by hand.", "", "## Campaign", ""]
     ran = {r["job"] for r in records if r["device"].get("kind") == "cuda" and r["status"] == "done"}
     todo = [j for j in expand(["paths", "decode", "ladder"]) if j not in ran]

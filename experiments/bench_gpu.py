@@ -1,5 +1,6 @@
 """GPU throughput: the training step (SimCLR base vs MoQuad), end-to-end ``moquad pretrain`` from shards in its
-three data paths, and the GPU JPEG decoder. Run on a CUDA machine: ``python benchmarks/bench_gpu.py``.
+three data paths, and the GPU JPEG decoder. Run on a CUDA machine: ``python experiments/bench_gpu.py``
+(``PYTHONPATH=.`` first where moquad is not installed).
 
 1. **Step**: R3D-18, bf16 autocast, LARS, forward + loss + backward + step on random normalised clips, at
    16x112^2 (batch 32 per GPU, the paper's 256 over 8 GPUs) and 16x224^2 (batch 16), with and without
@@ -18,7 +19,7 @@ three data paths, and the GPU JPEG decoder. Run on a CUDA machine: ``python benc
    ``--repeats 3 --warm``: medians of interleaved runs with the page cache kept (what the README's table used).
 
 Dataset: ``moquad synth`` videos rendered at 128 px (``--videos``, 64 frames, types family) written with
-``tests/fixtures.write_frames`` (no ffmpeg needed), plus the real clips of ../shared/data (their
+``moquad.preprocess.frames.write_frames`` (no ffmpeg needed), plus the real clips of ../shared/data (their
 JPEG frames from ``--real`` shards preprocessed at short side 128), ~1.2 GB: more than a loader's buffers,
 read from disk each epoch once the page cache is dropped.
 """
@@ -45,10 +46,8 @@ from moquad.config import LoaderConfig
 from moquad.data.augment import to_model
 from moquad.data.pipeline import make_loader
 from moquad.data.store import Split
+from moquad.preprocess.frames import write_frames
 from moquad.synth import MOTIONS, synth_videos
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.fixtures import write_frames  # noqa: E402 - the test fixtures' shard writer of in-memory frames
 
 QUAD = ("anchor", "positive", "intra_negative", "intra_negative")  # the quadruple's roles
 MODES = {"workers": [], "device": ["--augment-on-device"], "gpu-decode": ["--set", "loader.decode_on_device=true"]}

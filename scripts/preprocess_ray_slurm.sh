@@ -3,7 +3,7 @@
 # submits one Ray task per output shard (`--engine ray`). Same shards and manifests as the local
 # engine or a --num-parts array; re-submitting resumes (finished shards are skipped).
 #
-#   sbatch --nodes=4 preprocess/launch_ray_slurm.sh k400 /data/k400 s3://bucket/k400 preprocess/k400.yaml
+#   sbatch --nodes=4 scripts/preprocess_ray_slurm.sh k400 /data/k400 s3://bucket/k400 preprocess/k400.yaml
 #
 # --out is a folder every node sees (a shared filesystem) or an object-store URL (s3://, gs://):
 # each task uploads its shard, the driver uploads the manifests and dataset.json last.
@@ -18,7 +18,7 @@
 #SBATCH --output=logs/preprocess-ray-%j.out
 set -euo pipefail
 
-DATASET=${1:?usage: launch_ray_slurm.sh DATASET ROOT OUT [RECIPE]}
+DATASET=${1:?usage: preprocess_ray_slurm.sh DATASET ROOT OUT [RECIPE]}
 ROOT=${2:?dataset root}
 OUT=${3:?output folder or s3:// URL}
 RECIPE=${4:-preprocess/${DATASET}.yaml}

@@ -9,12 +9,12 @@ the same backbone and clip on the labels from random init (``moquad finetune --i
 fine-tuning settings) and reports its test top-1 in every column. One JSON line per (family, seed, variant) in
 ``OUT/results.jsonl``; finished lines are skipped, so a cut run continues. ``--table`` prints mean +- std.
 
-    python benchmarks/motion_ladder.py --out runs/ladder --families types directions --seeds 0 \\
+    python experiments/motion_ladder.py --out runs/ladder --families types directions --seeds 0 \\
         --variants base paper reverse speed+reverse
-    python benchmarks/motion_ladder.py --out runs/ladder --table
-    python benchmarks/motion_ladder.py --out runs/ladder --per-class directions   # top-1 per class
-    python benchmarks/motion_ladder.py --out runs/ladder --compare base:paper moco:moco_moquad   # paired gains
-    python benchmarks/motion_ladder.py --out runs/methods --families types directions --seeds 0 \
+    python experiments/motion_ladder.py --out runs/ladder --table
+    python experiments/motion_ladder.py --out runs/ladder --per-class directions   # top-1 per class
+    python experiments/motion_ladder.py --out runs/ladder --compare base:paper moco:moco_moquad   # paired gains
+    python experiments/motion_ladder.py --out runs/methods --families types directions --seeds 0 \
         --variants random supervised base paper moco moco_moquad moco+ad_pos moco+ad_pos+intra_neg base@b8 \
         paper@b8 moco@b8 moco_moquad@b8                                   # the two bases (docs/methods.md)
 """
