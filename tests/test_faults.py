@@ -193,7 +193,9 @@ TORCH_FULL = 'RuntimeError("[enforce fail at inline_container.cc:603] . unexpect
 ])
 def test_pretrain_onto_a_full_disk(shards, tmp_path, error, start):
     run = tmp_path / "run"
-    stale = run / "checkpoints" / ".last.pt.tmp.4242"  # left by an earlier write that a full disk interrupted
+    gone = subprocess.Popen(["true"])  # a pid no process has now (a fixed one, 4242, was a live kernel thread)
+    gone.wait()
+    stale = run / "checkpoints" / f".last.pt.tmp.{gone.pid}"  # left by an earlier write that a full disk interrupted
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"x" * 1000)
     result = moquad("pretrain", "--data", shards, "--out", run, "--epochs", 2, "--ckpt-every", 1, *TINY,
