@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint bench docs clean gpu-campaign
+.PHONY: setup demo test test-kernels lint bench docs clean gpu-campaign
 
 $(BIN)/moquad: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -15,8 +15,15 @@ setup: $(BIN)/moquad
 demo: setup
 	$(BIN)/moquad quickstart --out runs/quickstart
 
+# The suite on every logical core (at most 4 workers: several tests start 2-3 processes each); a module's tests that share
+# a module-scoped fixture stay on one worker (tests/conftest.py). One file alone: .venv/bin/python -m pytest FILE.
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n logical --maxprocesses 4 --dist loadgroup
+
+# The tests that compare numbers stored in the repository (@pytest.mark.stored), under each kernel setting of
+# tests/kernels.py (the machine's default, AVX2, SSE4.1): run it before recording a golden file (CONTRIBUTING.md).
+test-kernels: setup
+	$(BIN)/python tests/kernels.py
 
 lint: setup
 	$(BIN)/ruff check moquad tests benchmarks experiments

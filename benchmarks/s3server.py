@@ -67,6 +67,7 @@ class FaultProxy(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.ranged = self.ranged_bytes = self.faults = self.slowdowns = 0
         self.copies = self.put_bytes = 0  # CopyObject requests; body bytes of the other PUTs (objects and parts)
+        self.in_flight = self.max_in_flight = 0  # requests inside their added latency now / at most at once
 
     @property
     def url(self) -> str:
@@ -94,7 +95,12 @@ class _Handler(BaseHTTPRequestHandler):
         rng = self.headers.get("Range")
         sample = self.command == "GET" and rng is not None and "/shards/" in self.path
         if srv.latency and (sample or srv.latency_all):
+            with srv.lock:
+                srv.in_flight += 1
+                srv.max_in_flight = max(srv.max_in_flight, srv.in_flight)
             time.sleep(srv.latency)
+            with srv.lock:
+                srv.in_flight -= 1
         if not sample:
             return None
         with srv.lock:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import typing
 
+import clirun
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -62,7 +63,7 @@ def test_help_has_example(command):
 )
 def test_bad_arguments_one_line(tmp_path, args, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    result = subprocess.run([sys.executable, "-m", "moquad.cli", *args], capture_output=True, text=True)
+    result = clirun.python("-m", "moquad.cli", *args)
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and message.replace("{tmp}", str(tmp_path)) in lines[0], \
@@ -80,7 +81,7 @@ def test_set_and_print_config_documented(command):
 
 
 def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "moquad.cli", *map(str, args)], capture_output=True, text=True)
+    return clirun.python("-m", "moquad.cli", *map(str, args))
 
 
 def printed_config(*args) -> dict:
@@ -374,7 +375,7 @@ def test_error_lines_point_to_the_fix(tiny_data, tmp_path, case, args, message):
     torch.save({"conv.weight": torch.ones(2)}, tmp_path / "sd.pt")
     fill = {"{tmp}": str(tmp_path), "{data}": str(tiny_data)}
     args = [re.sub("{tmp}|{data}", lambda m: fill[m[0]], a) for a in args]
-    result = subprocess.run([sys.executable, "-m", "moquad.cli", *args], capture_output=True, text=True)
+    result = clirun.python("-m", "moquad.cli", *args)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert re.sub("{tmp}|{data}", lambda m: fill[m[0]], message) in lines[0]

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import clirun
 import numpy as np
 import pytest
 
 
 def moquad(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "moquad.cli", *map(str, args)], capture_output=True, text=True,
+    result = clirun.python("-m", "moquad.cli", *map(str, args),
                             cwd=cwd, timeout=600)
     assert result.returncode == 0, f"moquad {' '.join(map(str, args))} failed:\n{result.stdout}\n{result.stderr}"
     return result

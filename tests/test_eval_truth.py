@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-import sys
 from pathlib import Path
 
+import clirun
 import numpy as np
 import pytest
 from fixtures import make_checkpoint
@@ -45,7 +45,7 @@ def _cfg(data: Path, ckpt: Path, **kw) -> EvalConfig:
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "moquad.cli", *map(str, args)], capture_output=True, text=True)
+    return clirun.python("-m", "moquad.cli", *map(str, args))
 
 
 def test_pretrain_clip_is_read_from_the_config():

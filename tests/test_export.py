@@ -5,10 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
+import clirun
 import pytest
 import torch
 import torchvision.models.video as tvv
@@ -109,8 +108,8 @@ def test_cli_export_model_card_with_data_and_eval_results(tmp_path):
     other = tmp_path / "run" / "eval" / "linear_fast.json"  # a result of ANOTHER checkpoint at this path
     other.write_text(json.dumps({"task": "linear", "top1": 0.5, "checkpoint": {"sha256": "0" * 64}}))
     out = tmp_path / "export" / "tiny.safetensors"
-    run = subprocess.run([sys.executable, "-m", "moquad.cli", "export", str(ckpt), "--format", "safetensors",
-                          "--out", str(out)], capture_output=True, text=True)
+    run = clirun.python("-m", "moquad.cli", "export", str(ckpt), "--format", "safetensors",
+                          "--out", str(out))
     assert run.returncode == 0, run.stderr
     card = json.loads(out.with_suffix(".json").read_text())
     assert card["checkpoint"]["sha256"] == hashlib.sha256(ckpt.read_bytes()).hexdigest()
@@ -149,8 +148,7 @@ def test_cli_errors_one_line_nothing_written(tmp_path, case, message):
     else:
         _checkpoint(ckpt, "tiny")
     out = tmp_path / "out" / "m.pt"
-    run = subprocess.run([sys.executable, "-m", "moquad.cli", "export", str(ckpt), "--out", str(out)],
-                         capture_output=True, text=True)
+    run = clirun.python("-m", "moquad.cli", "export", str(ckpt), "--out", str(out))
     lines = [x for x in run.stderr.splitlines() if x.strip()]
     assert run.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], run.stderr
     assert not (tmp_path / "out").exists()
@@ -200,5 +198,5 @@ def test_the_token_grid_rule_belongs_to_its_row(arch):
 
 
 def test_help_has_example():
-    run = subprocess.run([sys.executable, "-m", "moquad.cli", "export", "--help"], capture_output=True, text=True)
+    run = clirun.python("-m", "moquad.cli", "export", "--help")
     assert run.returncode == 0 and "Example" in run.stdout and "strict" not in run.stderr

@@ -10,10 +10,10 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
+import clirun
 import pytest
 import torch
 
@@ -29,8 +29,8 @@ TINY = ["--backbone", "tiny", "--batch-size", "4", "--frames", "4", "--size", "3
 def moquad(*args, driver: str = "", env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """``python -m moquad.cli ARGS``; with ``driver``, that Python code runs first (to patch a write)."""
     code = f"{textwrap.dedent(driver)}\nimport sys\nfrom moquad.cli import main\nsys.argv[0] = 'moquad'\nmain()\n"
-    cmd = [sys.executable, "-c", code, *map(str, args)] if driver else [sys.executable, "-m", "moquad.cli", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, cwd=cwd, timeout=300)
+    argv = ["-c", code, *args] if driver else ["-m", "moquad.cli", *args]
+    return clirun.python(*argv, env={**os.environ, **(env or {})}, cwd=cwd, timeout=300)
 
 
 def one_line(result: subprocess.CompletedProcess) -> str:
@@ -193,7 +193,9 @@ TORCH_FULL = 'RuntimeError("[enforce fail at inline_container.cc:603] . unexpect
 ])
 def test_pretrain_onto_a_full_disk(shards, tmp_path, error, start):
     run = tmp_path / "run"
-    stale = run / "checkpoints" / ".last.pt.tmp.4242"  # left by an earlier write that a full disk interrupted
+    gone = subprocess.Popen(["true"])  # a pid no process has now (a fixed one, 4242, was a live kernel thread)
+    gone.wait()
+    stale = run / "checkpoints" / f".last.pt.tmp.{gone.pid}"  # left by an earlier write that a full disk interrupted
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"x" * 1000)
     result = moquad("pretrain", "--data", shards, "--out", run, "--epochs", 2, "--ckpt-every", 1, *TINY,

@@ -10,6 +10,7 @@ import json
 import os
 from pathlib import Path
 
+import clirun
 import lance
 import numpy as np
 import pyarrow as pa
@@ -211,13 +212,11 @@ def test_extract_and_retrieve_on_preprocessed_synthetic_videos(synth_root, tmp_p
 def test_an_eval_command_with_workers_prints_no_lance_fork_warning(tiny, tmp_path):
     """Lance warns "not fork-safe" at every fork once imported; the DataLoader workers never touch Lance, so an
     eval command (retrieve, 2 workers: both splits extracted, then searched) prints no such warning."""
-    import subprocess
-    import sys
 
     data, ckpt = tiny
     args = ["retrieve", "--data", data, "--checkpoint", ckpt, "--out", tmp_path / "eval", "--device", "cpu",
             "--frames", "4", "--size", "32", "--set", "workers=2"]
-    done = subprocess.run([sys.executable, "-m", "moquad.cli", *map(str, args)], capture_output=True, text=True,
+    done = clirun.python("-m", "moquad.cli", *map(str, args),
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "eval" / "features" / "test.lance").is_dir()  # the workers forked after Lance was imported

@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import clirun
 import numpy as np
 import pyarrow.fs as pafs
 import pytest
@@ -40,7 +41,7 @@ CFG = LoaderConfig(frames=4, size=16, dilations=(1, 2), workers=0, seed=3, appea
 
 
 def moquad(*args: object) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", "moquad.cli", *map(str, args)], capture_output=True, text=True,
+    r = clirun.python("-m", "moquad.cli", *map(str, args),
                        timeout=600)
     assert r.returncode == 0, f"moquad {' '.join(map(str, args))} failed:\n{r.stdout}\n{r.stderr}"
     return r
@@ -384,14 +385,13 @@ def test_sizes_of_many_objects_take_about_one_round_trip(coded):
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
         try:
             urls = [f"{proxy.url}/{local.name}/{n}" for n in names * 3]
-            t = time.perf_counter()
             got = objstore.sizes(urls)
-            took = time.perf_counter() - t
         finally:
             proxy.shutdown()
     want = [(local / n).stat().st_size if (local / n).exists() else None for n in names * 3]
     assert got == want and got[-1] is None and len(got) >= 6
-    assert took < 0.3 * len(urls) / 3, f"{len(urls)} HEADs of 0.3 s took {took:.2f} s: in turn, not at once"
+    # at once, counted by the server (in turn: 1 at a time); a clock bound failed on a loaded machine
+    assert proxy.max_in_flight >= len(urls) // 2, f"at most {proxy.max_in_flight} of {len(urls)} HEADs at once"
     assert objstore.sizes([local / n for n in names]) == want[: len(names)]  # local paths: a stat each
 
 
@@ -425,10 +425,9 @@ def test_a_server_that_ignores_range_is_one_error_line(coded):
         srv.mode = "ignore-range"
         with pytest.raises(MoquadError, match="answered a ranged GET with HTTP 200"):
             store.Split(f"{srv.url}/{local.name}").payload(0)
-        r = subprocess.run([sys.executable, "-m", "moquad.cli", "pretrain", "--data", f"{srv.url}/{local.name}",
+        r = clirun.python("-m", "moquad.cli", "pretrain", "--data", f"{srv.url}/{local.name}",
                             "--out", str(local.parent / "run-ignore-range"), "--backbone", "tiny", "--batch-size", "2",
-                            "--frames", "4", "--size", "16", "--workers", "2", "--device", "cpu", "--epochs", "1"],
-                           capture_output=True, text=True, timeout=300)
+                            "--frames", "4", "--size", "16", "--workers", "2", "--device", "cpu", "--epochs", "1", timeout=300)
         lines = [x for x in r.stderr.splitlines() if x.strip()]
         assert r.returncode == 2 and len(lines) == 1, r.stderr  # raised in a loader worker, still one line
         assert lines[0].startswith(f"error: {srv.url}/{local.name}/shards/") and "honours Range" in lines[0]
@@ -538,7 +537,7 @@ def test_a_part_that_stays_refused_aborts_the_upload_and_keeps_the_old_object(s3
 def test_verify_of_a_missing_bucket_is_one_error_line(s3, tmp_path):
     """It printed "1 problem(s)" and exited 1, where a missing local folder gives exit 2 and one line."""
     for url in ("s3://no-such-bucket/ds", "s3://bkt/no-such-dataset"):
-        r = subprocess.run([sys.executable, "-m", "moquad.cli", "verify", url], capture_output=True, text=True,
+        r = clirun.python("-m", "moquad.cli", "verify", url,
                            timeout=120)
         lines = [x for x in r.stderr.splitlines() if x.strip()]
         assert r.returncode == 2 and len(lines) == 1, r.stderr

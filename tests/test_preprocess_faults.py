@@ -4,10 +4,9 @@ folder dataset, a full or read-only disk (one ``error:`` line, rc 2, nothing hal
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
+import clirun
 import pyarrow.parquet as pq
 import pytest
 from test_preprocess_layouts import pyav_count
@@ -18,8 +17,8 @@ FAST = ["--short-side", "32", "--workers", "1"]
 
 
 def cli(*args: str, cwd: Path | None = None, driver: str | None = None, env: dict | None = None):
-    cmd = [sys.executable, "-c", driver, *args] if driver else [sys.executable, "-m", "moquad.cli", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env={**os.environ, **(env or {})})
+    argv = ["-c", driver, *args] if driver else ["-m", "moquad.cli", *args]
+    return clirun.python(*argv, cwd=cwd, env={**os.environ, **(env or {})})
 
 
 def one_error(result) -> str:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import clirun
 import pytest
 import yaml
 
@@ -50,8 +49,7 @@ def test_quickstart_writes_comparison(tmp_path):
 
 
 def cli_config(*args) -> dict:
-    result = subprocess.run([sys.executable, "-m", "moquad.cli", *map(str, args), "--print-config"],
-                            capture_output=True, text=True)
+    result = clirun.python("-m", "moquad.cli", *map(str, args), "--print-config")
     assert result.returncode == 0, result.stderr
     return yaml.safe_load(result.stdout)
 

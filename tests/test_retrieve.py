@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
+import clirun
 import numpy as np
 import pytest
 import torch
@@ -252,9 +251,9 @@ def test_retrieve_cli_reports_knn(tmp_path):
 
     data = make_tiny_dataset(tmp_path / "data", {"train": 9, "test": 4}, frames=8)
     ckpt = make_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
-    base = [sys.executable, "-m", "moquad.cli", "retrieve", "--data", str(data), "--checkpoint", str(ckpt),
+    base = ["-m", "moquad.cli", "retrieve", "--data", str(data), "--checkpoint", str(ckpt),
             "--num-clips", "1", "--frames", "4", "--size", "32", "--device", "cpu", "--out", str(tmp_path / "out")]
-    res = subprocess.run([*base, "--knn-k", "3", "--knn-t", "0.1"], capture_output=True, text=True)
+    res = clirun.python(*base, "--knn-k", "3", "--knn-t", "0.1")
     assert res.returncode == 0, res.stderr
     assert "weighted kNN" in res.stdout
     saved = json.loads((tmp_path / "out" / "retrieval.json").read_text())
@@ -264,7 +263,7 @@ def test_retrieve_cli_reports_knn(tmp_path):
     names = dict(zip(qf["label"].tolist(), qf["class_name"]))  # per class, by name
     assert saved["knn"]["per_class_top1"] == pytest.approx({names[c]: v for c, v in want.pop("per_class_top1").items()})
     assert {k: saved[k] for k in want} == pytest.approx(want)
-    bad = subprocess.run([*base, "--knn-t", "0"], capture_output=True, text=True)
+    bad = clirun.python(*base, "--knn-t", "0")
     lines = [x for x in bad.stderr.splitlines() if x.strip()]
     assert bad.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "knn_t must be > 0" in lines[0]
 

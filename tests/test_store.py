@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from fixtures import coded_video, write_frames
 
-from moquad.data import store
+from moquad.data import index_cache, store
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_split_arrays_hold_no_python_objects(data):
 def test_frame_index_is_cached_and_memory_mapped(data, tmp_path, monkeypatch):
     """A big frame index is decoded once into the cache and memory-mapped by every later reader; same offsets."""
     monkeypatch.setenv("MOQUAD_CACHE", str(tmp_path))
-    monkeypatch.setattr(store, "INDEX_CACHE_FRAMES", 0)
+    monkeypatch.setattr(index_cache, "INDEX_CACHE_FRAMES", 0)
     first = store.Split(data)
     files = list((tmp_path / "frame-index").glob("*.npy"))  # and its .used stamp
     assert len(files) == 1 and isinstance(first._fo, np.memmap)

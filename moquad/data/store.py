@@ -5,7 +5,7 @@ feature extraction, the linear probe, fine-tuning, ``cam``, ``info`` and ``verif
 
 A :class:`Split` holds one split's manifest as flat numpy arrays without Python objects (forked DataLoader
 workers share them copy-on-write; a big frame index is a memory-mapped cache file every process of a node
-shares, :func:`index_cache_dir`) and reads by offset: a sample is ONE read of ``(shard, jpgs_offset, jpgs_size)``
+shares, :mod:`moquad.data.index_cache`) and reads by offset: a sample is ONE read of ``(shard, jpgs_offset, jpgs_size)``
 (:func:`read_bytes`, the single place that touches sample bytes: a ``pread`` locally, ONE ranged GET
 on an object store, see :mod:`moquad.objstore`), checked against its xxh3; a frame is one read of its
 byte range. ``data_dir`` is a folder or a URL (``s3://bucket/prefix``, ``gs://``, ``http(s)://``). The manifest is the dataset: files it
@@ -15,15 +15,9 @@ start-up (:meth:`Split.check_shards`).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import logging
-import mmap
 import os
-import re
-import secrets
-import socket
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -39,10 +33,10 @@ import simplejpeg
 import xxhash
 
 from moquad import objstore
+from moquad.data import index_cache
 from moquad.errors import MoquadError
 from moquad.objstore import Location, join
 
-log = logging.getLogger("moquad.data.store")
 SCHEMA_VERSION = 2  # the version this moquad writes and reads
 MANIFEST_SCHEMA = pa.schema(
     [
@@ -307,180 +301,19 @@ def _dictionary(col: pa.ChunkedArray) -> tuple[list[str], np.ndarray]:
     return [values[i] for i in order], rank[enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)]
 
 
-# frame indexes of at least this many frames are kept as files, memory-mapped by every process of the node
-INDEX_CACHE_FRAMES = 1 << 22
-CACHE_DAYS = 14.0  # pruning: an entry unused this long is deleted ($MOQUAD_CACHE_DAYS)
-CACHE_GB = 50.0  # pruning: above this total, least recently used entries go first ($MOQUAD_CACHE_GB) ...
-CACHE_IN_USE_S = 2 * 86400  # ... but never one used this recently (a running job may have it mapped)
-_ENTRY = re.compile(r"^[0-9a-f]{32}-(uint32|int64)\.npy$")
-_TEMP = re.compile(r"^\.[0-9a-f]{32}-.*\.tmp$")
-_said: set[str] = set()  # the reasons already logged by this process
-
-
-def index_cache_dir() -> Path | None:
-    """Where frame indexes are cached: ``$MOQUAD_CACHE/frame-index``, by default under ``$XDG_CACHE_HOME/moquad`` or
-    ``~/.cache/moquad``; None without MOQUAD_CACHE and a home directory (a container's user without a passwd entry).
-    Asked only when a big index is to be cached (:data:`INDEX_CACHE_FRAMES`), never for a small Split."""
-    root = os.environ.get("MOQUAD_CACHE")
-    if not root:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        try:
-            root = Path(xdg) / "moquad" if xdg else Path.home() / ".cache" / "moquad"
-        except (RuntimeError, KeyError, OSError):  # Path.home(): "Could not determine home directory"
-            return None
-    return Path(root) / "frame-index"
-
-
-def _in_memory(index: np.ndarray, reason: str) -> np.ndarray:
-    """``index`` as it is (this process's own copy), with ONE log line per process and reason saying why."""
-    if reason not in _said:
-        _said.add(reason)
-        log.warning("frame index held in memory, not in the shared cache (%s); set MOQUAD_CACHE to a writable "
-                    "folder so the processes of a node share one copy", reason)
-    return index
-
-
 def _frame_index(file: pq.ParquetFile, key: str, num_frames: np.ndarray, dtype: type) -> tuple[np.ndarray, np.ndarray]:
     """(every video's ``num_frames + 1`` frame offsets, concatenated, as ``dtype``; where each video's starts).
 
-    A big index (>= INDEX_CACHE_FRAMES) is decoded once into ``index_cache_dir()/KEY.npy`` (``KEY``: the manifest
-    file's identity) and memory-mapped: the next run, and every other rank of the node, maps the same pages
-    instead of decoding 250M offsets (1M videos: ~8 s and 1 GB per rank). Where there is no cache folder or it
-    cannot be used, the index stays in memory (one log line says so, nothing is raised)."""
+    A big index (>= :data:`moquad.data.index_cache.INDEX_CACHE_FRAMES`) comes from the node-wide cache
+    (:mod:`moquad.data.index_cache`, ``KEY``: the manifest file's identity), memory-mapped: decoded once, then the
+    next run and every other rank of the node map the same pages instead of decoding 250M offsets."""
     counts = num_frames + 1
     starts = np.zeros(len(counts), dtype=np.int64)
     np.cumsum(counts[:-1], out=starts[1:])
     total = int(counts.sum())
-    if total < INDEX_CACHE_FRAMES:
+    if total < index_cache.INDEX_CACHE_FRAMES:
         return _decode_index(file, counts, starts, np.empty(total, dtype=dtype)), starts
-    folder = index_cache_dir()
-    if folder is None:
-        index = _decode_index(file, counts, starts, np.empty(total, dtype=dtype))
-        return _in_memory(index, "no MOQUAD_CACHE and no home directory"), starts
-    path = folder / f"{key}-{np.dtype(dtype).name}.npy"
-    cached = _load_cached(path, total, dtype)
-    if isinstance(cached, np.ndarray):
-        return cached, starts
-    index = _decode_index(file, counts, starts, np.empty(total, dtype=dtype))
-    if cached is not None:  # an entry in place that cannot be used: never replaced (another node may map it)
-        return _in_memory(index, cached), starts
-    try:
-        wrote = _write_once(path, index)
-    except OSError as e:  # a folder that cannot be entered or written, a full disk, no hard links
-        return _in_memory(index, f"cannot write {folder}: {e.strerror or e}"), starts
-    mapped = _load_cached(path, total, dtype)
-    if wrote:
-        _prune(folder)
-    if isinstance(mapped, np.ndarray):
-        return mapped, starts
-    return _in_memory(index, mapped or f"{path} vanished once written"), starts
-
-
-def _load_cached(path: Path, total: int, dtype: type) -> np.ndarray | str | None:
-    """The cache entry at ``path`` memory-mapped (its last use stamped for :func:`_prune`); None when there is
-    none; else why it cannot be used (unreadable, damaged, another shape). Any load error is a cache miss."""
-    try:
-        index = _mapped(path)
-    except FileNotFoundError:
-        return None
-    except Exception as e:  # noqa: BLE001 - a cache: whatever fails to load is a miss, never the run's failure
-        return f"cannot use {path}: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}"
-    if index.shape != (total,) or index.dtype != dtype:
-        return f"cannot use {path}: {index.dtype}{list(index.shape)}, expected {np.dtype(dtype)}[{total}]"
-    stamp = path.with_suffix(".used")  # a file beside it: touching the entry itself would make every NFS client
-    try:  # drop its cached pages of the entry
-        if time.time() - stamp.stat().st_mtime > 3600:
-            os.utime(stamp)
-    except FileNotFoundError:
-        with contextlib.suppress(OSError):
-            stamp.touch()
-    except OSError:
-        pass  # a read-only cache (filled by an administrator): used, not stamped
-    return index
-
-
-def _write_once(path: Path, index: np.ndarray) -> bool:
-    """Write ``index`` to ``path`` unless a file is there: True when this process created it.
-
-    Safe on a home directory shared over NFS: the bytes go to a temporary file named for this host, process and a
-    random token (equal pids on two nodes never collide), are fsynced, then hard-linked to ``path``, which fails
-    when another process got there first: a file in place is never replaced (replacing one that another node has
-    memory-mapped deletes it there: SIGBUS at its next page-in). A link whose reply NFS lost and retried says
-    "exists": the temporary file's link count tells whether it was ours."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    host = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())
-    tmp = path.with_name(f".{path.name}.{host}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
-    try:
-        with open(tmp, "xb") as f:
-            np.save(f, index)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return os.stat(tmp).st_nlink > 1
-        return True
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-
-
-def _prune(folder: Path) -> None:
-    """The cache's pruning rule, applied by a process that has just added an entry (so once per new index).
-
-    An entry not used for ``$MOQUAD_CACHE_DAYS`` (14) days is deleted; then, while the entries hold more than
-    ``$MOQUAD_CACHE_GB`` (50) GB, the least recently used one is, but never one used in the last two days (a
-    running job may have it mapped). "Used": the time of its ``.used`` stamp, refreshed by every process that
-    maps it (at most hourly), else of its creation. Temporary files a killed writer left are deleted after a day.
-    Only this cache's own file names are ever deleted."""
-    now, days, limit = time.time(), _env_number("MOQUAD_CACHE_DAYS", CACHE_DAYS), _env_number("MOQUAD_CACHE_GB", CACHE_GB)
-    entries = []
-    for p in (p for p in _listing(folder) if _ENTRY.match(p.name) or _TEMP.match(p.name)):
-        with contextlib.suppress(OSError):
-            st = p.stat()
-            used = st.st_mtime
-            with contextlib.suppress(OSError):
-                used = max(used, p.with_suffix(".used").stat().st_mtime)
-            if now - used > (86400 if p.name.endswith(".tmp") else days * 86400):
-                _remove(p)
-            elif p.suffix == ".npy":
-                entries.append((used, st.st_size, p))
-    total = sum(size for _, size, _ in entries)
-    for used, size, p in sorted(entries):  # least recently used first
-        if total <= limit * 1e9 or now - used < CACHE_IN_USE_S:
-            break
-        _remove(p)
-        total -= size
-
-
-def _listing(folder: Path) -> list[Path]:
-    try:
-        return list(folder.iterdir())
-    except OSError:
-        return []
-
-
-def _remove(entry: Path) -> None:
-    for p in (entry, entry.with_suffix(".used")):
-        with contextlib.suppress(OSError):
-            p.unlink()
-
-
-def _env_number(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    try:
-        return float(value) if value else default
-    except ValueError:
-        raise MoquadError(f"{name}={value!r} is not a number; set it to a number or unset it") from None
-
-
-def _mapped(path: Path) -> np.ndarray:
-    """A cached index, memory-mapped read-only and advised random: lookups jump across the file, and a cold page
-    cache would otherwise read megabytes around each one (this box reads ahead 8 MB on one disk)."""
-    index = np.load(path, mmap_mode="r")
-    if hasattr(mmap, "MADV_RANDOM") and isinstance(getattr(index, "_mmap", None), mmap.mmap):
-        index._mmap.madvise(mmap.MADV_RANDOM)
-    return index
+    return index_cache.cached_index(key, total, dtype, lambda out: _decode_index(file, counts, starts, out)), starts
 
 
 def _decode_index(file: pq.ParquetFile, counts: np.ndarray, starts: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -523,6 +356,8 @@ class Split:
         self.xxh3 = _strings(table.column("xxh3"), np.bytes_)
         big = len(self.size) and int(self.size.max()) >= 1 << 32
         self._fo, self._fo_start = _frame_index(file, key, self.num_frames, np.int64 if big else np.uint32)
+        self._entry = index_cache.entry_of(self._fo)  # a cache entry: kept stamped while this split reads it
+        self._stamp_due = time.monotonic() + index_cache.STAMP_EVERY_S  # (mapping it stamped it)
 
     @cached_property
     def checksum_value(self) -> str:
@@ -539,6 +374,8 @@ class Split:
 
     def frame_offsets(self, i: int) -> np.ndarray:
         """``num_frames + 1`` byte offsets of video ``i``'s frames inside its payload."""
+        if self._entry is not None and time.monotonic() >= self._stamp_due:  # every process that reads, hourly
+            self._stamp_due = index_cache.keep(self._entry)
         s = self._fo_start[i]
         return self._fo[s : s + self.num_frames[i] + 1]
 

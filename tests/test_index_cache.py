@@ -1,5 +1,6 @@
-"""The frame-index cache in the environments clusters have: no home directory, a cache folder the process cannot
-enter, a home directory shared over NFS by many nodes (write once, never replace, any load error a miss, pruning)."""
+"""The frame-index cache (moquad/data/index_cache.py) in the environments clusters have: no home directory, a cache
+folder the process cannot enter, a home directory shared over NFS by many nodes (write once, never replace, any load
+error a miss, pruning that spares every entry a job reads)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import numpy as np
 import pytest
 from fixtures import coded_video, write_frames
 
-from moquad.data import store
+from moquad.data import index_cache, store
+from moquad.errors import MoquadError
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +32,8 @@ def data(tmp_path_factory):
 @pytest.fixture()
 def big(monkeypatch):
     """Every index counts as big: cached (the 4M-frame threshold scaled down to this dataset)."""
-    monkeypatch.setattr(store, "INDEX_CACHE_FRAMES", 0)
-    monkeypatch.setattr(store, "_said", set(), raising=False)
+    monkeypatch.setattr(index_cache, "INDEX_CACHE_FRAMES", 0)
+    monkeypatch.setattr(index_cache, "_said", set(), raising=False)
 
 
 def _offsets(data: Path) -> list[list[int]]:
@@ -55,9 +57,9 @@ def test_a_container_without_a_home_reads_small_and_big_splits(data, monkeypatch
     _no_home(monkeypatch)
     small = store.Split(data)  # raised RuntimeError: the cache folder was resolved for every Split
     assert [small.frame_offsets(i).tolist() for i in range(len(small))] == _offsets(data)
-    monkeypatch.setattr(store, "INDEX_CACHE_FRAMES", 0)
-    monkeypatch.setattr(store, "_said", set(), raising=False)
-    with caplog.at_level(logging.WARNING, logger="moquad.data.store"):
+    monkeypatch.setattr(index_cache, "INDEX_CACHE_FRAMES", 0)
+    monkeypatch.setattr(index_cache, "_said", set(), raising=False)
+    with caplog.at_level(logging.WARNING, logger="moquad.data.index_cache"):
         first, second = store.Split(data), store.Split(data)
     assert not isinstance(first._fo, np.memmap) and not isinstance(second._fo, np.memmap)
     assert [second.frame_offsets(i).tolist() for i in range(len(second))] == _offsets(data)
@@ -67,8 +69,8 @@ def test_a_container_without_a_home_reads_small_and_big_splits(data, monkeypatch
 
 CHILD = """
 import sys, numpy as np
-from moquad.data import store
-store.INDEX_CACHE_FRAMES = 0
+from moquad.data import index_cache, store
+index_cache.INDEX_CACHE_FRAMES = 0
 s = store.Split(sys.argv[1])
 print(type(s._fo).__name__, sum(len(s.frame_offsets(i)) for i in range(len(s))))
 """
@@ -110,10 +112,10 @@ def test_a_cache_folder_the_process_cannot_enter_falls_back_to_memory(data, tmp_
 
 def test_the_cache_folder_is_asked_for_only_by_a_big_index(data, monkeypatch):
     calls = []
-    monkeypatch.setattr(store, "index_cache_dir", lambda: calls.append(1) or None)
+    monkeypatch.setattr(index_cache, "index_cache_dir", lambda: calls.append(1) or None)
     store.Split(data)
     assert calls == []
-    monkeypatch.setattr(store, "INDEX_CACHE_FRAMES", 0)
+    monkeypatch.setattr(index_cache, "INDEX_CACHE_FRAMES", 0)
     store.Split(data)
     assert calls == [1]
 
@@ -127,7 +129,7 @@ def test_a_cache_entry_written_by_another_node_is_never_replaced(data, tmp_path,
 
     def decode_while_another_node_writes(file, counts, starts, out):
         index = real(file, counts, starts, out)
-        (entry,) = [p for p in [store.index_cache_dir()] if p]  # the other node finishes first
+        (entry,) = [p for p in [index_cache.index_cache_dir()] if p]  # the other node finishes first
         entry.mkdir(parents=True, exist_ok=True)
         path = entry / f"{key}-uint32.npy"
         np.save(path, index)
@@ -149,7 +151,7 @@ def test_the_temporary_name_holds_host_pid_and_a_random_token(data, tmp_path, mo
     monkeypatch.setenv("MOQUAD_CACHE", str(tmp_path))
     linked = []
     real_link = os.link
-    monkeypatch.setattr(store.os, "link", lambda src, dst: linked.append(Path(src).name) or real_link(src, dst))
+    monkeypatch.setattr(index_cache.os, "link", lambda src, dst: linked.append(Path(src).name) or real_link(src, dst))
     store.Split(data)
     shutil.rmtree(tmp_path / "frame-index")
     store.Split(data)
@@ -177,7 +179,7 @@ def test_any_load_error_is_a_cache_miss_and_the_entry_stays(data, tmp_path, monk
     else:
         path.mkdir()
     before = (path.stat().st_ino, path.stat().st_mtime_ns)
-    with caplog.at_level(logging.WARNING, logger="moquad.data.store"):
+    with caplog.at_level(logging.WARNING, logger="moquad.data.index_cache"):
         split = store.Split(data)
     assert not isinstance(split._fo, np.memmap)
     assert [split.frame_offsets(i).tolist() for i in range(len(split))] == _offsets(data)
@@ -237,6 +239,56 @@ def test_a_hit_stamps_its_use_beside_the_entry_not_on_it(data, tmp_path, monkeyp
     assert stamp.stat().st_mtime > old + 3600
 
 
+def test_an_entry_a_job_reads_is_never_pruned_however_long_the_job(data, tmp_path, monkeypatch, big):
+    """A job mapped its entry 3 days ago and has read it since (each epoch reads every video's offsets); another
+    process adds an entry with the cache over MOQUAD_CACHE_GB and prunes: the job's entry stays, an idle one goes.
+    The stamp was refreshed only when a run mapped the entry: after 2 days the pruner deleted the file the job
+    still had mapped (on NFS, a SIGBUS at its next page-in)."""
+    monkeypatch.setenv("MOQUAD_CACHE", str(tmp_path))
+    monkeypatch.setenv("MOQUAD_CACHE_GB", "0")  # every entry not in use is surplus
+    job = store.Split(data)
+    entry = Path(job._fo.filename)
+    idle = entry.with_name(f"{'0' * 32}-uint32.npy")
+    idle.write_bytes(b"x" * 100)
+    three_days_ago = time.time() - 3 * 86400
+    for p in (entry, entry.with_suffix(".used"), idle):
+        os.utime(p, (three_days_ago, three_days_ago))
+    real = time.monotonic
+    monkeypatch.setattr(time, "monotonic", lambda: real() + 3 * 86400)  # the job's clock: 3 days on
+    assert [job.frame_offsets(i).tolist() for i in range(len(job))] == _offsets(data)  # its latest epoch
+    other = write_frames(tmp_path / "other", [("w", coded_video(1, 9), 0)], classes=["a"])
+    store.Split(other)  # another job: a new entry, then pruning
+    assert entry.is_file() and not idle.exists()
+    assert [job.frame_offsets(i).tolist() for i in range(len(job))] == _offsets(data)
+
+
+@pytest.mark.parametrize("window,kept", [(None, True), ("12", False)], ids=["default 48 h", "12 h"])
+def test_the_age_rule_spares_an_entry_in_use_and_the_window_is_configurable(data, tmp_path, monkeypatch, big,
+                                                                            window, kept):
+    """MOQUAD_CACHE_DAYS of 12 h, an entry last used a day ago: within the default in-use window (48 h) it stays
+    (the age rule had no in-use check: deleted), with MOQUAD_CACHE_IN_USE_HOURS=12 it is not in use and goes."""
+    monkeypatch.setenv("MOQUAD_CACHE", str(tmp_path))
+    monkeypatch.setenv("MOQUAD_CACHE_DAYS", "0.5")
+    if window:
+        monkeypatch.setenv("MOQUAD_CACHE_IN_USE_HOURS", window)
+    folder = tmp_path / "frame-index"
+    folder.mkdir()
+    used = folder / f"{'0' * 32}-uint32.npy"
+    used.write_bytes(b"x" * 100)
+    yesterday = time.time() - 86400
+    os.utime(used, (yesterday, yesterday))
+    store.Split(data)  # adds its entry and prunes
+    assert used.is_file() == kept
+
+
+def test_an_in_use_window_shorter_than_the_stamping_is_one_error(data, tmp_path, monkeypatch, big):
+    monkeypatch.setenv("MOQUAD_CACHE", str(tmp_path))
+    monkeypatch.setenv("MOQUAD_CACHE_IN_USE_HOURS", "1")
+    with pytest.raises(MoquadError, match=r"^MOQUAD_CACHE_IN_USE_HOURS=1 is below 3 \(a job stamps its cache entry "
+                       r"hourly\); set it to at least 3 or unset it$"):
+        store.Split(data)
+
+
 def test_a_link_whose_nfs_reply_was_lost_counts_as_ours(data, tmp_path, monkeypatch, big):
     """NFS retries a link whose reply was lost and then answers "exists": the temporary file's link count (2) says the
     link was this process's, so it maps its entry (and prunes, as the writer)."""
@@ -246,8 +298,8 @@ def test_a_link_whose_nfs_reply_was_lost_counts_as_ours(data, tmp_path, monkeypa
     def link_then_lost_reply(src, dst):
         real_link(src, dst)
         raise FileExistsError(17, "File exists", str(dst))
-    monkeypatch.setattr(store.os, "link", link_then_lost_reply)
-    monkeypatch.setattr(store, "_prune", lambda folder: pruned.append(folder))
+    monkeypatch.setattr(index_cache.os, "link", link_then_lost_reply)
+    monkeypatch.setattr(index_cache, "prune", lambda folder: pruned.append(folder))
     split = store.Split(data)
     assert isinstance(split._fo, np.memmap) and pruned == [tmp_path / "frame-index"]
     assert [p.name for p in (tmp_path / "frame-index").iterdir() if p.suffix == ".tmp"] == []
@@ -260,8 +312,8 @@ def test_a_filesystem_without_hard_links_holds_the_index_in_memory(data, tmp_pat
 
     def no_links(src, dst):
         raise PermissionError(1, "Operation not permitted", str(src))
-    monkeypatch.setattr(store.os, "link", no_links)
-    with caplog.at_level(logging.WARNING, logger="moquad.data.store"):
+    monkeypatch.setattr(index_cache.os, "link", no_links)
+    with caplog.at_level(logging.WARNING, logger="moquad.data.index_cache"):
         split = store.Split(data)
     assert not isinstance(split._fo, np.memmap)
     assert [split.frame_offsets(i).tolist() for i in range(len(split))] == _offsets(data)
