@@ -38,7 +38,7 @@ def _machine(r: dict) -> str:
     m = r.get("machine") or {}
     d = r.get("device") or {}
     gpu = m.get("gpu") or (d.get("name") if d.get("kind") == "cuda" else None)
-    cores = m.get("cores") or d.get("cpu_cores")
+    cores = d.get("cpu_cores") or m.get("cores")
     cpu = m.get("cpu") or (d.get("name") if d and d.get("kind") != "cuda" else None)
     if gpu:
         return f"{gpu} ({cores} CPU cores)" if cores else gpu
