@@ -398,12 +398,12 @@ def print_s3(rec: Record, res: dict[str, Any], repeats: int) -> None:
         ratio = statistics.median(a / b for a, b in zip(res[name], res["local disk"]))
         steady = statistics.median(a / b for a, b in zip(res["steady " + name], res["steady local disk"]))
         lat = next((lat for lat in LATENCIES[1:] if name.endswith(_ms(lat))), 0.0)
-        goal = f">= {GOALS[lat]:.1f}x {'met' if ratio >= GOALS[lat] else 'NOT met'}" if lat in GOALS and \
-            name not in ("local disk", "http (nginx) via proxy") else "-"
-        sent = f"{statistics.median(res['sent ' + name]):.3f}x" if "sent " + name in res else "-"
+        goal = f"≥ {GOALS[lat]:.1f}x: {'met' if ratio >= GOALS[lat] else 'not met'}" if lat in GOALS and \
+            name not in ("local disk", "http (nginx) via proxy") else ""
+        sent = f"{statistics.median(res['sent ' + name]):.3f}x" if "sent " + name in res else "–"
         server = f"{statistics.median(res.get('server ' + name, [0.0])):.2f}" + \
             (f" (+ {statistics.median(res['proxy ' + name]):.2f})" if "proxy " + name in res else "")
-        rates.append([name, f"{statistics.median(res[name]):.1f}", f"{ratio:.2f}x", goal.replace(">=", "≥"),
+        rates.append([name, f"{statistics.median(res[name]):.1f}", f"{ratio:.2f}x", goal,
                       f"{statistics.median(res['steady ' + name]):.1f}", f"{steady:.2f}x"])
         costs.append([name, f"{statistics.median(res['cpu ' + name]):.2f}", server, sent])
     rec.figures["object storage"] = {k: statistics.median(v) for k, v in res.items() if k != "rows"}
