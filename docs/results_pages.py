@@ -10,7 +10,8 @@ Markers (each alone on a line of a page):
 - ``<!-- moquad:ladder-gain FILE BASE:VARIANT ... -->``: VARIANT minus BASE per family, paired by seed.
 - ``<!-- moquad:gpu-campaign DIR -->``: the GPU campaign's records of ``docs/results/DIR/`` (CUDA runs only).
 
-A marker whose record is missing fails the build with the command that writes it.
+A marker whose record is not in the checkout renders as a note that names the command that writes it, so a page
+can name results that another change brings; ``tests/test_records.py`` checks which records the pages expect.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 MARK = re.compile(r"^<!-- moquad:(table|ladder|ladder-gain|gpu-campaign) (.+?) -->$", re.M)
 MEASURES = (("hit@1", "hit@1"), ("knn_top1", "weighted kNN"), ("linear_top1", "linear"))
+COMMANDS = {  # record -> the command that writes it, where it is not `python benchmarks/NAME.py`
+    "motion_evidence": "python experiments/motion_evidence.py DIR ...",
+    "motion_demo": "python experiments/motion_evidence.py runs/quickstart --variants random simclr moquad "
+                   "--record docs/results/motion_demo.json",
+}
 
 
 class MissingRecord(Exception):
@@ -100,8 +106,8 @@ def md_table(columns: list[str], rows: list[list[Any]], align: str | None = None
 def load(name: str) -> dict:
     path = RESULTS / f"{name}.json"
     if not path.is_file():
-        raise MissingRecord(f"docs/results/{name}.json is missing: run the command that writes it "
-                            f"(benchmarks/{name}.py or experiments/{name}.py)")
+        raise MissingRecord(f"`docs/results/{name}.json` is not here yet: the command that writes it is "
+                            f"`{COMMANDS.get(name, f'python benchmarks/{name}.py')}`")
     return json.loads(path.read_text())
 
 
@@ -122,8 +128,8 @@ def table(name: str, key: str) -> str:
 def ladder_rows(file: str) -> list[dict]:
     path = RESULTS / file
     if not path.is_file():
-        raise MissingRecord(f"docs/results/{file} is missing: experiments/motion_ladder.py writes it (--out DIR: "
-                            "DIR/results.jsonl)")
+        raise MissingRecord(f"`docs/results/{file}` is not here yet: `python experiments/motion_ladder.py --out DIR "
+                            "...` writes `DIR/results.jsonl`")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -263,15 +269,22 @@ RENDER = {"table": lambda a: table(*a), "ladder": lambda a: ladder(a[0], a[1:]),
           "ladder-gain": lambda a: ladder_gain(a[0], a[1:]), "gpu-campaign": lambda a: gpu_campaign(a[0])}
 
 
+def _one(m: re.Match) -> str:
+    try:
+        return RENDER[m.group(1)](m.group(2).split())
+    except MissingRecord as e:
+        return f'!!! warning "Not measured yet"\n    {e}.'
+
+
 def render(markdown: str) -> str:
-    """Every marker of a page replaced by its rendered table."""
-    return MARK.sub(lambda m: RENDER[m.group(1)](m.group(2).split()), markdown)
+    """Every marker of a page replaced by its rendered table (or the note that says how to measure it)."""
+    return MARK.sub(_one, markdown)
+
+
+def markers(markdown: str) -> list[tuple[str, list[str]]]:
+    """The markers of a page: (kind, arguments)."""
+    return [(m.group(1), m.group(2).split()) for m in MARK.finditer(markdown)]
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
-    from mkdocs.exceptions import PluginError
-
-    try:
-        return render(markdown)
-    except MissingRecord as e:
-        raise PluginError(f"{page.file.src_path}: {e}") from None
+    return render(markdown)
