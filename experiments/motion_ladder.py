@@ -18,7 +18,7 @@ tables from such a file (``docs/results/*.jsonl``).
     python experiments/motion_ladder.py --out runs/ladder --compare base:paper moco:moco_moquad   # paired gains
     python experiments/motion_ladder.py --out runs/methods --families types directions --seeds 0 \
         --variants random supervised base paper moco moco_moquad moco+ad_pos moco+ad_pos+intra_neg base@b8 \
-        paper@b8 moco@b8 moco_moquad@b8                                   # the two bases (docs/methods.md)
+        paper@b8 moco@b8 moco_moquad@b8                                   # the two bases (docs/guides/methods.md)
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "speed+reverse+shared+diff": ("moquad", ["loader.motion_ops=speed,reverse", "loader.flip=shared",
                                              "model_input=diff"]),
     "base+shared+diff": ("simclr", ["loader.flip=shared", "model_input=diff"]),
-    # the momentum base (moquad.train.momentum; docs/methods.md): MoCo, its Table 4 rungs, MoQuad on it; queue 128
+    # the momentum base (moquad.train.momentum; docs/guides/methods.md): MoCo, its Table 4 rungs, MoQuad on it; queue 128
     # keys (about half a demo train split), m0 0.99; "@b8": the same at global batch 8, where a queue should matter
     "moco": ("moco", ["loader.flip=independent", "queue_size=128"]),
     "moco+ad_pos": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", "queue_size=128",
