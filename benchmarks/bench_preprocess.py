@@ -151,11 +151,12 @@ def start_ray(cpus: int) -> float | None:
 
 
 def same_output(a: Path, b: Path) -> tuple[bool, int]:
-    """(every shard and manifest byte-identical, number of shards); dataset.json (timings) and the writer lock
-    (pid, start time of its last holder) differ by nature."""
+    """(every shard and manifest byte-identical, number of shards); dataset.json (timings), the parts' bookkeeping
+    (``manifests/_parts``: each part's config and timings, the engine's) and the writer lock (pid, start time of
+    its last holder) differ by nature."""
     def outputs(root: Path) -> list[Path]:
         return sorted(p.relative_to(root) for p in root.rglob("*")
-                      if p.is_file() and "parts" not in p.parts and not p.name.startswith(".moquad-"))
+                      if p.is_file() and not {"parts", "_parts"} & set(p.parts) and not p.name.startswith(".moquad-"))
 
     files, other = outputs(a), outputs(b)
     same = files == other and all((a / f).read_bytes() == (b / f).read_bytes() for f in files
