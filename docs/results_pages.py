@@ -112,14 +112,15 @@ def load(name: str) -> dict:
 
 
 def table(name: str, key: str) -> str:
-    """Table KEY of record NAME: the line that says where and when, the table, its notes."""
+    """Table KEY of record NAME: its title, the line that says where and when, the table, its notes."""
     r = load(name)
     if key not in r.get("tables", {}):
         raise MissingRecord(f"docs/results/{name}.json has no table {key!r} (it has {', '.join(r['tables'])}): "
                             f"run `{r.get('command')}` without options that leave it out")
     t = r["tables"][key]
     notes = "".join(f"\n\n{n}" for n in t.get("notes", []))
-    return f"{where(r)}\n\n{md_table(t['columns'], t['rows'], t.get('align'))}{notes}"
+    title = f"{t['title'].rstrip('.')}.\n\n" if t.get("title") else ""
+    return f"{title}{where(r)}\n\n{md_table(t['columns'], t['rows'], t.get('align'))}{notes}"
 
 
 # ----------------------------------------------------------------------------- the ladder's JSON lines

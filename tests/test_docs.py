@@ -97,7 +97,7 @@ def test_every_internal_link_opens_a_page_not_a_folder(site):
     listing), and every anchor it names is on that page."""
     assert not broken_links(site), "\n".join(broken_links(site)[:40])
     index = (site / "index.html").read_text()
-    assert 'href="getting_started.html"' in index
+    assert 'href="getting_started.html"' in index and 'href="reference/api.html"' in index
 
 
 def test_search_and_pages_need_no_network(site):
@@ -128,7 +128,7 @@ def test_cli_reference_is_every_commands_help(site):
 
     from moquad.cli import app
 
-    html = (site / "cli.html").read_text()
+    html = (site / "reference" / "cli.html").read_text()
     names = typer.main.get_command(app).list_commands(None)
     assert {"preprocess", "pretrain", "retrieve", "motion", "quickstart"} <= set(names)
     for name in names:
@@ -138,7 +138,7 @@ def test_cli_reference_is_every_commands_help(site):
 
 def test_api_reference_documents_every_public_name(site):
     """docs/reference/api.md is generated from ``moquad._API``: every public name has its section, under its public name."""
-    html = (site / "api.html").read_text()
+    html = (site / "reference" / "api.html").read_text()
     for name in moquad._API:
         assert f'id="moquad.{name}"' in html, name
     assert ":func:" not in html  # Sphinx roles are shown as code
@@ -147,7 +147,7 @@ def test_api_reference_documents_every_public_name(site):
 
 def _api_sections(site: Path) -> dict[str, str]:
     """The API page cut at each public name's heading: name -> its HTML up to the next heading."""
-    html = (site / "api.html").read_text()
+    html = (site / "reference" / "api.html").read_text()
     marks = [(m.start(), m.group(1)) for m in re.finditer(r'<h[23] id="(?:moquad\.)?([\w.-]+)"', html)]
     return {name: html[start:end] for (start, name), (end, _) in zip(marks, [*marks[1:], (len(html), "")])}
 
@@ -221,7 +221,7 @@ def test_api_page_shows_public_names_and_tables_from_their_rows(site):
             assert f"moquad.{name}(" in text, name
             if attr != name:
                 assert not re.search(rf"(?<![\w.]){attr}\(", text), name
-    page = _text((site / "api.html").read_text().split('<article', 1)[1].split("</article>")[0])
+    page = _text((site / "reference" / "api.html").read_text().split('<article', 1)[1].split("</article>")[0])
     page = re.sub(r"\w+\.\w+\(|[\w/]*\.py", " ", page)  # methods (``torch.topk(``), files
     assert not internal_names(page), internal_names(page)
 

@@ -63,8 +63,8 @@ def _record(**extra) -> dict:
     return {"name": "bench_x", "command": "python benchmarks/bench_x.py", "date": "2026-01-02T03:04:05+00:00",
             "commit": "0123456789abcdef", "dirty": False, "machine": {"cpu": "AMD EPYC", "cores": 2},
             "load": [7.12, 6.0, 5.0], "load_end": [8.24, 7.0, 6.0],
-            "tables": {"main": {"columns": ["path", "q/s"], "align": "lr", "rows": [["a|b", "1.5"]],
-                                "notes": ["A note."]}}, **extra}
+            "tables": {"main": {"title": "Loader, CPU time", "columns": ["path", "q/s"], "align": "lr",
+                                "rows": [["a|b", "1.5"]], "notes": ["A note."]}}, **extra}
 
 
 def test_a_rendered_table_says_where_and_when_it_was_measured(tmp_path, monkeypatch):
@@ -72,12 +72,13 @@ def test_a_rendered_table_says_where_and_when_it_was_measured(tmp_path, monkeypa
     monkeypatch.setattr(pages, "RESULTS", tmp_path)
     (tmp_path / "bench_x.json").write_text(json.dumps(_record()))
     assert pages.render("# T\n\n<!-- moquad:table bench_x main -->\n") == (
-        "# T\n\n*Measured by `python benchmarks/bench_x.py` on AMD EPYC (2 cores), load average 7.1 at the start, "
+        "# T\n\nLoader, CPU time.\n\n*Measured by `python benchmarks/bench_x.py` on AMD EPYC (2 cores), load "
+        "average 7.1 at the start, "
         "8.2 at the end, 2026-01-02, commit 0123456.*\n\n| path | q/s |\n|---|---:|\n| a\\|b | 1.5 |\n\nA note.\n")
     gpu = _record(command=None, script="experiments/bench_gpu.py", load=None, dirty=True,
                   machine={"gpu": "NVIDIA H200", "cores": 16})
     (tmp_path / "bench_gpu.json").write_text(json.dumps(gpu))
-    assert pages.table("bench_gpu", "main").startswith(
+    assert pages.table("bench_gpu", "main").split("\n\n")[1].startswith(
         "*Measured by `experiments/bench_gpu.py` (its options not recorded) on NVIDIA H200 (16 CPU cores), "
         "2026-01-02, commit 0123456 with local changes.*")
 
