@@ -106,8 +106,8 @@ def md_table(columns: list[str], rows: list[list[Any]], align: str | None = None
 def load(name: str) -> dict:
     path = RESULTS / f"{name}.json"
     if not path.is_file():
-        raise MissingRecord(f"`docs/results/{name}.json` is not here yet: the command that writes it is "
-                            f"`{COMMANDS.get(name, f'python benchmarks/{name}.py')}`")
+        raise MissingRecord(f"No results are recorded in `docs/results/{name}.json` yet; "
+                            f"`{COMMANDS.get(name, f'python benchmarks/{name}.py')}` records them")
     return json.loads(path.read_text())
 
 
@@ -129,8 +129,8 @@ def table(name: str, key: str) -> str:
 def ladder_rows(file: str) -> list[dict]:
     path = RESULTS / file
     if not path.is_file():
-        raise MissingRecord(f"`docs/results/{file}` is not here yet: `python experiments/motion_ladder.py --out DIR "
-                            "...` writes `DIR/results.jsonl`")
+        raise MissingRecord(f"No results are recorded in `docs/results/{file}` yet; `python "
+                            "experiments/motion_ladder.py --out DIR ...` records them in `DIR/results.jsonl`")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
