@@ -67,8 +67,8 @@ def summary(by_seed: dict[int, dict], variants: list[str]) -> list[list[str]]:
         cells = []
         for _, fn, scale, digits in COLUMNS:
             vals = [scale * fn(r) for r in results]
-            std = statistics.stdev(vals) if len(vals) > 1 else 0.0
-            cells.append(f"{statistics.mean(vals):.{digits}f} ± {std:.{digits}f}")
+            std = f" ± {statistics.stdev(vals):.{digits}f}" if len(vals) > 1 else ""  # one seed: its value
+            cells.append(f"{statistics.mean(vals):.{digits}f}{std}")
         rows.append([f"`{v}`", len(results), *cells])
     return rows
 
@@ -120,9 +120,10 @@ def main() -> None:
     for family, by_seed in runs.items():
         first = next(iter(by_seed.values()))
         rec.figures["protocol"] = first["protocol"]
+        seeds = ", ".join(map(str, by_seed))
         rec.table(family, ["encoder", "seeds", *(c for c, *_ in COLUMNS)], summary(by_seed, args.variants),
-                  title=f"{family}: the motion report on the test split ({first['data']['videos']} videos per seed), "
-                        "mean ± std over seeds")
+                  title=f"The {family} family: the motion report on the test split ({first['data']['videos']} videos "
+                        f"per seed), " + (f"mean ± std over seeds {seeds}" if len(by_seed) > 1 else f"seed {seeds}"))
     rec.write(args.record)
 
 
