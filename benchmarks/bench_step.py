@@ -112,9 +112,9 @@ def main() -> None:
         batch, frames, size = int(batch), int(frames), int(size)
         med = time_steps(name, batch, frames, size, args.repeats, args.device)
         rec.figures[entry] = {m: med[m] / batch * 1e3 for m in ROWS}  # ms per video
-        rows.append([name, batch, f"{frames}x{size}",
+        rows.append([name, f"{batch} x {frames}x{size}",
                      *(f"{med[m] / batch * 1e3:.1f} ({med[m] / med['simclr']:.2f}x)" for m in ROWS)])
-    rec.table("step", ["backbone", "batch", "clip", *ROWS], rows, align="lrl" + "r" * len(ROWS),
+    rec.table("step", ["backbone", "batch x clip", *ROWS], rows, align="ll" + "r" * len(ROWS),
               title=f"{args.device}, {torch.get_num_threads()} torch threads, median of {args.repeats} steps: "
                     "ms per video (ratio to simclr)")
     loss = {mode: time_loss(256, mode, args.repeats, args.device) * 1e3 for mode in ("simclr", "moquad")}

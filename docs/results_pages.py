@@ -115,8 +115,8 @@ def table(name: str, key: str) -> str:
     """Table KEY of record NAME: its title, the line that says where and when, the table, its notes."""
     r = load(name)
     if key not in r.get("tables", {}):
-        raise MissingRecord(f"docs/results/{name}.json has no table {key!r} (it has {', '.join(r['tables'])}): "
-                            f"run `{r.get('command')}` without options that leave it out")
+        raise MissingRecord(f"`docs/results/{name}.json` has no table {key!r} (it has {', '.join(r['tables'])}): "
+                            f"`{r.get('command')}` did not measure it; the benchmark's options say which does")
     t = r["tables"][key]
     notes = "".join(f"\n\n{n}" for n in t.get("notes", []))
     title = f"{t['title'].rstrip('.')}.\n\n" if t.get("title") else ""

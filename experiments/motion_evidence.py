@@ -69,7 +69,7 @@ def summary(by_seed: dict[int, dict], variants: list[str]) -> list[list[str]]:
             vals = [scale * fn(r) for r in results]
             std = f" ± {statistics.stdev(vals):.{digits}f}" if len(vals) > 1 else ""  # one seed: its value
             cells.append(f"{statistics.mean(vals):.{digits}f}{std}")
-        rows.append([f"`{v}`", len(results), *cells])
+        rows.append([f"`{v}`", *cells])
     return rows
 
 
@@ -121,7 +121,7 @@ def main() -> None:
         first = next(iter(by_seed.values()))
         rec.figures["protocol"] = first["protocol"]
         seeds = ", ".join(map(str, by_seed))
-        rec.table(family, ["encoder", "seeds", *(c for c, *_ in COLUMNS)], summary(by_seed, args.variants),
+        rec.table(family, ["encoder", *(c for c, *_ in COLUMNS)], summary(by_seed, args.variants),
                   title=f"The {family} family: the motion report on the test split ({first['data']['videos']} videos "
                         f"per seed), " + (f"mean ± std over seeds {seeds}" if len(by_seed) > 1 else f"seed {seeds}"))
     rec.write(args.record)

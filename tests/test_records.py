@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 # records a page names that another change brings (the methods' ladder and the motion report over its checkpoints)
 PENDING = {"methods_ladder.jsonl", "motion_evidence"}
-COLUMN = 84  # characters of a table's narrowest rendering (each column as wide as its longest word) that fit
+COLUMN = 710  # px of the content column at a 1280-px window (733) a table may take, with a margin
 
 
 def results_pages():
@@ -122,9 +122,10 @@ def test_ladder_tables_are_means_over_seeds_and_paired_gains(tmp_path, monkeypat
 
 
 def _narrowest(table: dict) -> int:
-    """A table's width when every column is as narrow as its longest word (an HTML table wraps at spaces)."""
+    """A table's narrowest width on the site, in px: a column is at least 100 px wide (the theme's header minimum)
+    or as wide as its longest word (~8 px a character) and its padding; cells wrap at spaces."""
     cols = list(zip(table["columns"], *table["rows"]))
-    return sum(max(len(w) for c in col for w in str(c).split() or [""]) + 3 for col in cols) + 1
+    return sum(max(100, 8 * max(len(w.strip("`")) for c in col for w in str(c).split() or [""]) + 34) for col in cols)
 
 
 def _markers() -> list[tuple[Path, str, list[str]]]:
