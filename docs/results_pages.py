@@ -30,6 +30,8 @@ COMMANDS = {  # record -> the command that writes it, where it is not `python be
     "motion_evidence": "python experiments/motion_evidence.py DIR ...",
     "motion_demo": "python experiments/motion_evidence.py runs/quickstart --variants random simclr moquad "
                    "--record docs/results/motion_demo.json",
+    "bench_preprocess_encoders": "python benchmarks/bench_preprocess.py --encoders --record "
+                                 "docs/results/bench_preprocess_encoders.json",
 }
 
 
