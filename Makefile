@@ -35,10 +35,11 @@ bench: setup
 	$(BIN)/python benchmarks/bench_step.py
 	$(BIN)/python benchmarks/bench_scale.py
 
-# One GPU slot (docs/gpu-campaign.md): the campaign's jobs not yet done for this code, within BUDGET seconds; runs with
-# the machine's python3 (its torch), no venv. JOBS=paths,decode,ladder names jobs; OUT=$$OUT on a device call.
+# One GPU allocation with a time limit (docs: "Running the GPU campaign"): the campaign's jobs not yet done for this
+# code, within BUDGET seconds; runs with the machine's python3 (its torch), no venv. JOBS=paths,decode,ladder names
+# jobs; OUT is where the records go (a folder to copy back from a remote machine).
 BUDGET ?= 540
-OUT ?= docs/gpu
+OUT ?= docs/results/gpu
 gpu-campaign:
 	PYTHONUNBUFFERED=1 python3 experiments/gpu_campaign.py --budget-s $(BUDGET) --out $(OUT) $(if $(JOBS),--jobs $(JOBS))
 

@@ -3,6 +3,8 @@
     pip install -c constraints.txt -e ".[bench]"      # torchcodec, decord2: for this benchmark only
     nice python benchmarks/bench_decoders.py [--repeats 3] [--json out.json] [--tiny]
 
+The tables go to ``docs/results/bench_decoders.json`` (``--record``), which the decoders page renders.
+
 Every source builds the SAME MoQuad quadruples (4 views x 16 frames, crop 112, dilations 1/2/4, the same clip
 indices, crops, flips, colour and RAD parameters): the loader draws each video's ViewParams once per epoch (its
 ``augment_on_device`` batches: raw frames + parameters, scaled decoding off so every frame is full size), and each
@@ -92,6 +94,7 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from benchdata import K400_LIKE, REAL, build_dataset, cpu_seconds, pyav_frames, run_decode_bound, run_loader  # noqa: E402
+from record import Record, add_argument  # noqa: E402
 
 from moquad.config import LoaderConfig, PreprocessConfig  # noqa: E402
 from moquad.data.augment import apply_views  # noqa: E402
@@ -116,6 +119,19 @@ def peer_status() -> dict[str, str | None]:
             lines = [ln for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__]
             cause = f" ({str(e.__cause__).splitlines()[0]})" if e.__cause__ else ""
             out[name] = f"{type(e).__name__}: {lines[-1][:160]}{cause[:160]}"
+    return out
+
+
+def peer_versions() -> dict[str, str | None]:
+    """The installed version of each decoder package (None: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in ("av", "torchcodec", "decord2"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
     return out
 
 
@@ -327,59 +343,54 @@ def measure_set(data: Path, video_root: Path, peers: list[str], repeats: int, ch
     return out
 
 
-def print_set(label: str, res: dict, prep: float | None, status: dict[str, str | None], repeats: int) -> None:
+def print_set(rec: Record, key: str, label: str, res: dict, prep: float | None, status: dict[str, str | None],
+              repeats: int) -> None:
     med = {k: statistics.median(v) for k, v in res["rate"].items()}
     by = res["bytes"]
-    print(f"\n{label}: {res['videos']} videos, {res['quads']} quadruples per epoch, "
-          f"{res['frames_per_quad']:.1f} distinct frames decoded per quadruple, CPU time, median of {repeats}\n")
-    print("| source | quadruples / CPU s | shards vs it | vs PyAV | bytes read / quadruple | read / decoded frames' bytes |")
-    print("|---|---:|---:|---:|---:|---:|")
+    rates, reads = [], []
     for name, q in med.items():
         if name in ("shards", NO_CHECK):
-            read = f"{by['read'] / 1e3:.0f} kB (payload + donors)"
-            ratio = f"{by['read'] / by['frames']:.2f}x"
+            read, ratio = f"{by['read'] / 1e3:,.0f} kB (payload + donors)", f"{by['read'] / by['frames']:.2f}x"
         elif name == "decode bound":
-            read, ratio = f"{by['frames'] / 1e3:.0f} kB (in memory)", "1.00x"
+            read, ratio = f"{by['frames'] / 1e3:,.0f} kB (in memory)", "1.00x"
         else:
-            read = f"{res['peer_read'][name] / 1e3:.0f} kB (rchar; file {res['source_bytes'] / 1e3:.0f} kB)"
+            read = f"{res['peer_read'][name] / 1e3:,.0f} kB (file {res['source_bytes'] / 1e3:,.0f} kB)"
             ratio = f"{res['peer_read'][name] / by['frames']:.2f}x"
-        pyav = f"{q / med['PyAV']:.1f}x" if "PyAV" in med else "-"
-        read += f" (checksum cost {100 * (1 - q / med[NO_CHECK]):.1f}%)" if name == "shards" and NO_CHECK in med else ""
-        print(f"| {name} | {q:.1f} | {med['shards'] / q:.2f}x | {pyav} | {read} | {ratio} |")
-    for name, why in status.items():
-        if why:
-            print(f"| {name} | not measured: {why} | - | - | - | - |")
+        rates.append([name, f"{q:.1f}", f"{med['shards'] / q:.2f}x", f"{q / med['PyAV']:.1f}x" if "PyAV" in med else "–"])
+        reads.append([name, read, ratio])
+    rates += [[name, f"not measured: {why}", "–", "–"] for name, why in status.items() if why]
     per_quad = 1e6 / med["shards"]
-    print(f"\nchecksum (xxh3-128, CPU us per quadruple): whole payload ({by['payload'] / 1e3:.0f} kB) "
-          f"{by['xxh3_payload_us']:.0f} us = {100 * by['xxh3_payload_us'] / per_quad:.1f}% of the loader's "
-          f"{per_quad:.0f} us; only the decoded frames' bytes ({by['frames'] / 1e3:.0f} kB, per-frame hashes) "
-          f"{by['xxh3_frames_us']:.0f} us = {100 * by['xxh3_frames_us'] / per_quad:.1f}%")
-    if "clip_spans" in by:
-        print(f"bytes per quadruple: whole payload {by['payload'] / 1e3:.0f} kB (read today), one range per clip "
-              f"(first to last frame) {by['clip_spans'] / 1e3:.0f} kB, the decoded frames only {by['frames'] / 1e3:.0f} kB")
+    notes = [f"The checksum (xxh3-128) over the whole payload ({by['payload'] / 1e3:,.0f} kB) takes "
+             f"{by['xxh3_payload_us']:.0f} µs per quadruple, {100 * by['xxh3_payload_us'] / per_quad:.1f} % of the "
+             f"loader's {per_quad:,.0f} µs; over only the decoded frames' bytes ({by['frames'] / 1e3:,.0f} kB, "
+             f"per-frame hashes) {by['xxh3_frames_us']:.0f} µs, {100 * by['xxh3_frames_us'] / per_quad:.1f} %."]
     if prep is not None:
-        print(f"preprocessing these videos: {prep:.2f} CPU s per video (1 worker, ffmpeg included)")
+        paid = []
         for name in med:
             if name in ("shards", NO_CHECK, "decode bound"):
                 continue
             saved = 1 / med[name] - 1 / med["shards"]  # CPU s per video per epoch
-            pay = f"pays for itself after {prep / saved:.1f} epochs" if saved > 0 else "never pays (no time saved)"
-            print(f"  vs {name}: saves {saved:.3f} CPU s per video per epoch; preprocessing {pay}; over the "
-                  f"paper's {PAPER_EPOCHS} epochs: {PAPER_EPOCHS * saved / prep:.0f}x its cost saved")
-    if "check" in res:
-        for peer, c in res["check"].items():
-            print(f"frame check {peer} (one batch): {c['matched']} of {c['videos']} videos match the shards' JPEG "
-                  f"frames (PSNR >= {PSNR_MIN:.0f} dB; min {c['psnr_min']:.1f}, median {c['psnr_median']:.1f} dB); "
-                  f"full size vs {c['full_size_ref']}, max abs diff "
-                  f"{c['full_size_max_abs'] if c['full_size_ref'] != peer else '-'}"
-                  + (f"; other frames than the shards' on: {', '.join(c['mismatched'])}" if c["mismatched"] else ""))
+            paid.append(f"against {name} after {prep / saved:.1f} epochs" if saved > 0 else f"never against {name}")
+        notes.append(f"Preprocessing these videos takes {prep:.2f} CPU s per video (1 worker, ffmpeg included); it "
+                     f"pays for itself {', '.join(paid)}.")
+    for peer, c in res.get("check", {}).items():
+        notes.append(f"Frame check, {peer} (one batch): {c['matched']} of {c['videos']} videos match the shards' JPEG "
+                     f"frames (PSNR ≥ {PSNR_MIN:.0f} dB; min {c['psnr_min']:.1f}, median {c['psnr_median']:.1f} dB)"
+                     + (f"; at full size it equals {c['full_size_ref']} within {c['full_size_max_abs']} levels"
+                        if c["full_size_ref"] != peer else "") + ".")
+    title = (f"{label}: {res['videos']} videos, {res['quads']} quadruples per epoch, {res['frames_per_quad']:.1f} "
+             f"distinct frames decoded per quadruple, CPU time, median of {repeats}")
+    rec.table(key, ["source", "quadruples / CPU s", "shards vs it", "vs PyAV"], rates, title=title)
+    rec.table(f"{key}_bytes", ["source", "bytes read / quadruple", "read / decoded frames' bytes"], reads,
+              title=f"{label}: bytes read", notes=notes)
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3, help="epochs per source")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "moquad_bench_loader"))
-    ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--json", default=None, help="also write every figure here")
+    add_argument(ap, "bench_decoders")
     ap.add_argument("--tiny", action="store_true", help="8 copies of a 1 s clip, one epoch")
     ap.add_argument("--peers", choices=("all", "none"), default="all",
                     help="none: only the shards' rows and the decode bound (the checksum's cost, quickly)")
@@ -389,6 +400,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not REAL.is_dir():
         sys.exit(f"real clips not found at {REAL}")
     torch.set_num_threads(1)
+    rec = Record("bench_decoders", None if argv is None else [__file__, *argv])
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     status = peer_status()
@@ -397,7 +409,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"FFmpeg for torchcodec: {os.environ.get(ENV, 'the system')}"
           + (" (PyAV's bundled libraries, linked by soname)" if os.environ.get(ENV) else ""))
     sets = [("tiny", "tiny8", TINY, 8, True)] if args.tiny else \
-        [("K400-like", None, K400_LIKE, 8, True), ("other real clips", "real2", OTHER_REAL, 2, True)]
+        [("K400-like clips", None, K400_LIKE, 8, True), ("other real clips", "real2", OTHER_REAL, 2, True)]
     sets = [s for s in sets if args.sets == "all" or args.tiny or (s[1] is None) == (args.sets == "k400")]
     result: dict = {"status": status, "load_start": os.getloadavg()}
     for label, name, files, copies, check in sets:
@@ -408,11 +420,13 @@ def main(argv: list[str] | None = None) -> dict:
         prep = preprocess_cpu([REAL / f for f in files], cache) / len(files)
         res = measure_set(data, videos, peers, 1 if args.tiny else args.repeats, check)
         res["preprocess_cpu_per_video"] = prep
-        print_set(label, res, prep, status, 1 if args.tiny else args.repeats)
-        result[label] = res
+        key = "tiny" if args.tiny else "k400" if name is None else "real"
+        print_set(rec, key, label, res, prep, status, 1 if args.tiny else args.repeats)
+        result[key] = res
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=1, default=float))
-    print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    rec.figures.update(status=status, peers=peer_versions())
+    rec.write(args.record)
     return result
 
 

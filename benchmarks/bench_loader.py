@@ -22,8 +22,8 @@ wall clock); paths are interleaved over ``--repeats`` epochs and the table shows
 each batch as it comes (the process reuses its memory, :func:`run_loader`); a real worker's batches travel in
 shared memory instead, which these rows leave out and the next table measures: ONE real DataLoader worker of the
 trainer's run loader (kept across epochs, each batch copied out as it arrives, as pin_memory does), its own CPU
-time, with fresh shared buffers per batch (before this round: allocated and faulted in page by page, ~0.7 ms per MB
-on this VM) and recycled ones (``pipeline.BufferRing``), for both worker paths.
+time, with fresh shared buffers per batch (allocated and faulted in page by page, ~0.7 ms per MB on a small VM) and
+recycled ones (``pipeline.BufferRing``, the trainer's), for both worker paths.
 
 A table of what one JPEG decode costs (simplejpeg / libjpeg-turbo, full size, 1/2, 1/4, 1/8, luma only, the fast
 IDCT and upsampling) on the 128-px and 256-px frames shows where a decode's time goes: entropy decoding, which no
@@ -55,7 +55,8 @@ nginx-light`` (or ``nginx``); without it on PATH the nginx rows are skipped with
 is the sample bytes the server sent (the S3 proxy's count, nginx's access log) per byte the loader counted.
 Run: ``nice python benchmarks/bench_loader.py`` (``--rows local``: every table but the object-storage one, which
 needs moto (and nginx for its http rows); ``--rows main``: the first table and the real worker's; ``--rows s3``:
-the object-storage table; ``--rows scaled``: the reduced-size decoding table and the one-frame decode table).
+the object-storage table; ``--rows scaled``: the reduced-size decoding table and the one-frame decode table). The
+tables go to ``docs/results/bench_loader.json`` (``--record``), which the Benchmarks page renders.
 """
 
 from __future__ import annotations
@@ -64,7 +65,6 @@ import argparse
 import collections
 import contextlib
 import dataclasses
-import json
 import os
 import statistics
 import sys
@@ -77,6 +77,7 @@ from typing import Any
 import numpy as np
 import torch
 from benchdata import BATCH, REAL, build_dataset, clock, pyav_frames, run_decode_bound, run_loader
+from record import Record, add_argument
 
 from moquad.config import LoaderConfig
 from moquad.data.augment import apply_views
@@ -187,23 +188,23 @@ def worker_rows(data: Path, cfg: LoaderConfig, repeats: int) -> dict[str, list[f
     return rate
 
 
-def print_workers(rate: dict[str, list[float]], bound: float, repeats: int) -> None:
+def print_workers(rec: Record, rate: dict[str, list[float]], bound: float, repeats: int) -> None:
     med = {k: statistics.median(v) for k, v in rate.items()}
-    print(f"\nA real DataLoader worker (kept across epochs, as the trainer runs it; batches copied out as they arrive, as "
-          f"pin_memory does): quadruples per CPU second of the worker process, median of {repeats} epochs\n")
-    print(f"| {'path':<52} | {'quadruples/s':>12} | {'vs decode bound':>15} |")
-    print(f"|{'-' * 54}|{'-' * 14}|{'-' * 17}|")
-    for name in WORKER_ROWS:
-        print(f"| {name:<52} | {med[name]:>12.1f} | {med[name] / bound:>14.2f}x |")
-    print(f"\nrecycled vs fresh buffers: {med[WORKER_ROWS[1]] / med[WORKER_ROWS[0]]:.2f}x (augmentation in the worker), "
-          f"{med[WORKER_ROWS[3]] / med[WORKER_ROWS[2]]:.2f}x (augment on device)")
+    rec.figures["worker quadruples per CPU s"] = med
+    rec.table("workers", ["a real worker", "quadruples / CPU s", "vs decode bound"],
+              [[name, f"{med[name]:.1f}", f"{med[name] / bound:.2f}x"] for name in WORKER_ROWS],
+              title="A real DataLoader worker (kept across epochs, as the trainer runs it; batches copied out as they "
+                    f"arrive, as pin_memory does): quadruples per CPU second of the worker process, median of {repeats}"
+                    " epochs",
+              notes=[f"Recycled against fresh buffers: {med[WORKER_ROWS[1]] / med[WORKER_ROWS[0]]:.2f}x (augmentation "
+                     f"in the worker), {med[WORKER_ROWS[3]] / med[WORKER_ROWS[2]]:.2f}x (augmentation on the device)."])
 
 
 SCALED_ROWS = ("shards, scaled decode (default)", "shards, full-size decode (scaled_decode=False)",
                "augment on device (worker side), scaled", "augment on device (worker side), full-size",
                "decode bound, full size", "decode bound, scaled (the loader's reductions)",
                "decode bound, every frame at 1/2 (ceiling)")
-SCALED_GOAL = 1.5  # the scaled decode bound vs the full-size decode bound (issue 32)
+SCALED_GOAL = 1.5  # the scaled decode bound vs the full-size decode bound
 
 
 def scaled_rows(data: Path, cfg: LoaderConfig, split: Split, repeats: int) -> tuple[dict[str, list[float]], list]:
@@ -226,25 +227,21 @@ def scaled_rows(data: Path, cfg: LoaderConfig, split: Split, repeats: int) -> tu
     return rate, reductions
 
 
-def print_scaled(rate: dict[str, list[float]], reductions: list[int], split: Split, repeats: int) -> None:
+def print_scaled(rec: Record, rate: dict[str, list[float]], reductions: list[int], split: Split, repeats: int) -> None:
     med = {k: statistics.median(v) for k, v in rate.items()}
     bound = med["decode bound, full size"]
     share = ", ".join(f"{100 * reductions.count(r) / len(reductions):.0f}% at 1/{r}" for r in (1, 2, 4, 8)
                       if r in reductions)
-    print(f"\nReduced-size decoding (scaled_decode): the same quadruples on {len(split)} videos at "
-          f"{int(split.width[0])}x{int(split.height[0])} (short side 256, K400-like), crop 112, crop scales "
-          f"{tuple(LoaderConfig().crop_scale)} (area, the paper's / CVRL's), median of {repeats} epochs; "
-          f"decoded frames: {share}\n")
-    print(f"| {'path':<50} | {'quadruples/s':>12} | {'vs full-size decode bound':>25} |")
-    print(f"|{'-' * 52}|{'-' * 14}|{'-' * 27}|")
-    for name in SCALED_ROWS:
-        print(f"| {name:<50} | {med[name]:>12.1f} | {med[name] / bound:>24.2f}x |")
     got = med["decode bound, scaled (the loader's reductions)"] / bound
-    print(f"\ngoal: scaled decode bound >= {SCALED_GOAL:.1f}x the full-size decode bound: "
-          f"{'met' if got >= SCALED_GOAL else 'NOT met'} ({got:.2f}x); loader with vs without: "
-          f"{med[SCALED_ROWS[0]] / med[SCALED_ROWS[1]]:.2f}x. Cost: crops decoded at 1/r have their edges on the "
-          "nearest reduced pixel (<= r/2 source pixels); against full decode + resize of that box the clips "
-          "differ by the PSNR tests/test_scaled_decode.py states; bytes read are unchanged.")
+    rec.figures.update(scaled=med, reductions=share)
+    rec.table("scaled", ["path", "quadruples/s", "vs full-size decode bound"],
+              [[name, f"{med[name]:.1f}", f"{med[name] / bound:.2f}x"] for name in SCALED_ROWS],
+              title=f"Reduced-size decoding (scaled_decode): the same quadruples on {len(split)} videos at "
+                    f"{int(split.width[0])}x{int(split.height[0])} (short side 256, K400-like), crop 112, crop scales "
+                    f"{tuple(LoaderConfig().crop_scale)} of the area, median of {repeats} epochs",
+              notes=[f"Frames decoded: {share}. The goal, a scaled decode bound ≥ {SCALED_GOAL:.1f}x the full-size "
+                     f"one: {'met' if got >= SCALED_GOAL else 'not met'} ({got:.2f}x); the loader with against "
+                     f"without: {med[SCALED_ROWS[0]] / med[SCALED_ROWS[1]]:.2f}x."])
 
 
 DECODES = {  # what libjpeg-turbo (simplejpeg) can be asked to do with one frame: where a decode's time goes
@@ -252,8 +249,8 @@ DECODES = {  # what libjpeg-turbo (simplejpeg) can be asked to do with one frame
     "1/2 (DCT scaling)": {"colorspace": "RGB", "reduce": 2},  # store.decode_jpeg's arguments (min_height, ...)
     "1/4": {"colorspace": "RGB", "reduce": 4},
     "1/8": {"colorspace": "RGB", "reduce": 8},
-    "luma only (no chroma IDCT, upsampling or colour conversion)": {"colorspace": "GRAY"},
-    "fast IDCT + fast upsampling (less exact)": {"colorspace": "RGB", "fastdct": True, "fastupsample": True},
+    "luma only": {"colorspace": "GRAY"},  # no chroma IDCT, upsampling or colour conversion
+    "fast IDCT + fast upsampling": {"colorspace": "RGB", "fastdct": True, "fastupsample": True},  # less exact
 }
 
 
@@ -288,20 +285,20 @@ def decode_table(splits: dict[str, Split], repeats: int, frames: int = 200) -> d
     return out
 
 
-def print_decode(res: dict[str, dict[str, float]]) -> None:
+def print_decode(rec: Record, res: dict[str, dict[str, float]]) -> None:
     labels = list(res)
-    print("\nOne JPEG frame, libjpeg-turbo through simplejpeg (CPU us per frame, best of the repeats; speed-up vs full "
-          "size): entropy decoding is what no option skips\n")
-    print("| decode | " + " | ".join(f"{k} us | vs full" for k in labels) + " |")
-    print("|---|" + "---:|---:|" * len(labels))
-    for name in DECODES:
-        cells = " | ".join(f"{res[k][name]:.1f} | {res[k][next(iter(DECODES))] / res[k][name]:.2f}x" for k in labels)
-        print(f"| {name} | {cells} |")
-    print("| bytes per frame | " + " | ".join(f"{res[k]['bytes per frame']:.0f} | " for k in labels) + " |")
+    rec.figures["one frame us"] = res
+    rows = [[name, *(c for k in labels for c in (f"{res[k][name]:.1f}",
+                                                  f"{res[k][next(iter(DECODES))] / res[k][name]:.2f}x"))]
+            for name in DECODES]
+    rows.append(["bytes per frame", *(c for k in labels for c in (f"{res[k]['bytes per frame']:,.0f}", ""))])
+    rec.table("decode", ["one frame", *(c for k in labels for c in (f"{k} µs", "vs full"))], rows,
+              title="One JPEG frame, libjpeg-turbo through simplejpeg (CPU µs per frame, best of the repeats; "
+                    "speed-up against the full-size decode)")
 
 
 LATENCIES = (0.0, 0.02, 0.05)  # seconds added per request (the latency rows)
-GOALS = {0.0: 0.8, 0.02: 0.7}  # whole epochs vs local disk (issue 32); none at 50 ms
+GOALS = {0.0: 0.8, 0.02: 0.7}  # whole epochs vs local disk; none at 50 ms
 
 
 def _sources(small: Path, stack: contextlib.ExitStack) -> list[tuple[str, str | Path, Callable[[], None], Any, list]]:
@@ -395,65 +392,66 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def print_s3(res: dict[str, Any], repeats: int) -> None:
-    cols = ("source", "whole epoch q/s", "vs local disk", "goal", "steady q/s", "vs local", "loader CPU s",
-            "server (+ proxy) CPU s", "sent / read")
-    print(f"\nLoader from object storage: same loader, one process, wall clock, median of {repeats} epochs of "
-          f"{BATCH}-video batches (sources interleaved); ratios are medians of per-repeat ratios; CPU s per epoch\n")
-    print("| " + " | ".join(cols) + " |")
-    print("|---|" + "---:|" * (len(cols) - 1))
+def print_s3(rec: Record, res: dict[str, Any], repeats: int) -> None:
+    rates, costs = [], []
     for name in res["rows"]:
         ratio = statistics.median(a / b for a, b in zip(res[name], res["local disk"]))
         steady = statistics.median(a / b for a, b in zip(res["steady " + name], res["steady local disk"]))
         lat = next((lat for lat in LATENCIES[1:] if name.endswith(_ms(lat))), 0.0)
-        goal = f">= {GOALS[lat]:.1f}x {'met' if ratio >= GOALS[lat] else 'NOT met'}" if lat in GOALS and \
-            name not in ("local disk", "http (nginx) via proxy") else "-"
-        sent = f"{statistics.median(res['sent ' + name]):.3f}x" if "sent " + name in res else "-"
+        goal = f"≥ {GOALS[lat]:.1f}x: {'met' if ratio >= GOALS[lat] else 'not met'}" if lat in GOALS and \
+            name not in ("local disk", "http (nginx) via proxy") else ""
+        sent = f"{statistics.median(res['sent ' + name]):.3f}x" if "sent " + name in res else "–"
         server = f"{statistics.median(res.get('server ' + name, [0.0])):.2f}" + \
             (f" (+ {statistics.median(res['proxy ' + name]):.2f})" if "proxy " + name in res else "")
-        print(f"| {name} | {statistics.median(res[name]):.1f} | {ratio:.2f}x | {goal} | "
-              f"{statistics.median(res['steady ' + name]):.1f} | {steady:.2f}x | "
-              f"{statistics.median(res['cpu ' + name]):.2f} | {server} | {sent} |")
+        rates.append([name, f"{statistics.median(res[name]):.1f}", f"{ratio:.2f}x", goal,
+                      f"{statistics.median(res['steady ' + name]):.1f}", f"{steady:.2f}x"])
+        costs.append([name, f"{statistics.median(res['cpu ' + name]):.2f}", server, sent])
+    rec.figures["object storage"] = {k: statistics.median(v) for k, v in res.items() if k != "rows"}
+    notes = []
     if "http (nginx) via proxy" in res:
         cost = statistics.median(1 - a / b for a, b in zip(res["http (nginx) via proxy"], res["http (nginx)"]))
-        print(f"\nThe latency proxy's own cost (nginx through it at 0 ms vs nginx direct): {100 * cost:.1f}% of the "
-              f"whole-epoch rate, {statistics.median(res['proxy http (nginx) via proxy']):.2f} CPU s per epoch in "
-              "its own process; the goals at 0 ms are read on nginx direct.")
+        notes.append(f"The latency proxy's own cost (nginx through it at 0 ms against nginx direct): {100 * cost:.1f} % "
+                     f"of the whole-epoch rate, {statistics.median(res['proxy http (nginx) via proxy']):.2f} CPU s per "
+                     "epoch in its own process; the goals at 0 ms are read on nginx direct.")
+    rec.table("s3", ["source", "whole epoch q/s", "vs local disk", "goal", "steady q/s", "vs local"], rates,
+              align="lrrlrr", title=f"The loader from object storage: one process, wall clock, median of {repeats} "
+                                    f"epochs of {BATCH}-video batches (sources interleaved); ratios are medians of "
+                                    "per-repeat ratios", notes=notes)
+    rec.table("s3_cost", ["source", "loader CPU s", "server (+ proxy) CPU s", "sent / read"], costs,
+              title="CPU seconds per epoch, and the sample bytes the server sent per byte the loader counted")
 
 
-def print_main(rate: dict[str, list[float]], frames_per_quad: list[int], split: Split,
+def print_main(rec: Record, rate: dict[str, list[float]], frames_per_quad: list[int], split: Split,
                args: argparse.Namespace) -> None:
     med = {k: statistics.median(v) for k, v in rate.items()}
-    print(f"\nMoQuad quadruples (4 x 16 frames, crop 112, dilations 1/2/4), {len(split)} K400-like videos "
-          f"({int(split.width[0])}x{int(split.height[0])}), batches of {BATCH}, one process, "
-          f"{'wall' if args.wall else 'CPU'} time, median of {args.repeats} epochs; "
-          f"{statistics.mean(frames_per_quad):.1f} distinct frames decoded per quadruple\n")
-    print(f"| {'path':<44} | {'quadruples/s':>12} | {'clips/s':>8} | {'vs PyAV':>8} | {'vs decode bound':>15} |")
-    print(f"|{'-' * 46}|{'-' * 14}|{'-' * 10}|{'-' * 10}|{'-' * 17}|")
-    for name, q in med.items():
-        print(f"| {name:<44} | {q:>12.1f} | {4 * q:>8.1f} | {q / med['PyAV']:>7.1f}x | {q / med['decode bound']:>14.2f}x |")
-    print(f"\nchecksum cost: {100 * (1 - med['shards'] / med['no checksum']):.1f}% of loader throughput")
+    rec.figures.update(quadruples_per_s=med, frames_per_quadruple=statistics.mean(frames_per_quad))
+    rec.table("main", ["path", "quadruples/s", "clips/s", "vs PyAV", "vs decode bound"],
+              [[name, f"{q:.1f}", f"{4 * q:.1f}", f"{q / med['PyAV']:.1f}x", f"{q / med['decode bound']:.2f}x"]
+               for name, q in med.items()],
+              title=f"MoQuad quadruples (4 x 16 frames, crop 112, dilations 1/2/4), {len(split)} K400-like videos "
+                    f"({int(split.width[0])}x{int(split.height[0])}), batches of {BATCH}, one process, "
+                    f"{'wall' if args.wall else 'CPU'} time, median of {args.repeats} epochs",
+              notes=[f"{statistics.mean(frames_per_quad):.1f} distinct frames are decoded per quadruple; the checksum "
+                     f"costs {100 * (1 - med['shards'] / med['no checksum']):.1f} % of the loader's rate."])
 
 
-def print_bytes(rows: list[tuple]) -> None:
-    print("\nBytes read per epoch (payloads of the videos used + RAD donor frames)\n")
-    print(f"| {'ranks':>5} | {'batch/rank':>10} | {'videos used':>11} | {'their payloads MB':>17} | "
-          f"{'read MB':>8} | {'read / payloads':>15} |")
-    print(f"|{'-' * 7}|{'-' * 12}|{'-' * 13}|{'-' * 19}|{'-' * 10}|{'-' * 17}|")
-    for world, per_rank, videos, used, read in rows:
-        print(f"| {world:>5} | {per_rank:>10} | {videos:>11} | {used / 1e6:>17.1f} | {read / 1e6:>8.1f} | "
-              f"{read / used:>14.3f}x |")
+def print_bytes(rec: Record, rows: list[tuple]) -> None:
+    rec.table("bytes", ["ranks", "batch/rank", "videos used", "their payloads MB", "read MB", "read / payloads"],
+              [[world, per_rank, videos, f"{used / 1e6:.1f}", f"{read / 1e6:.1f}", f"{read / used:.3f}x"]
+               for world, per_rank, videos, used, read in rows],
+              align="rrrrrr", title="Bytes read per epoch (the payloads of the videos used + RAD donor frames)")
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3, help="epochs per path (40 quadruples each)")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "moquad_bench_loader"))
-    ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--wall", action="store_true", help="time with the wall clock instead of CPU time")
     ap.add_argument("--rows", choices=("all", "local", "main", "s3", "scaled"), default="all",
                     help="local: all but the object-storage table; main: the first table; s3 / scaled: that table")
+    add_argument(ap, "bench_loader")
     args = ap.parse_args(argv)
+    rec = Record("bench_loader", None if argv is None else [__file__, *argv])
     global clock
     if args.wall:
         clock = time.perf_counter
@@ -466,28 +464,27 @@ def main(argv: list[str] | None = None) -> dict:
         split = Split(data, "train")
         sources = {str(v): str((Path(args.cache) / "videos40" / v).resolve()) for v in split.video_id}
         rate, frames_per_quad = loader_rows(data, cfg, split, sources, args.repeats)
-        print_main(rate, frames_per_quad, split, args)
+        print_main(rec, rate, frames_per_quad, split, args)
         result.update(quads_per_s={k: statistics.median(v) for k, v in rate.items()}, all=rate)
         result["workers"] = worker_rows(data, cfg, args.repeats)
-        print_workers(result["workers"], statistics.median(rate["decode bound"]), args.repeats)
+        print_workers(rec, result["workers"], statistics.median(rate["decode bound"]), args.repeats)
         if args.rows != "main":
             result["bytes"] = bytes_table(data, cfg, split)
-            print_bytes(result["bytes"])
+            print_bytes(rec, result["bytes"])
     if args.rows in ("all", "local", "scaled"):
         big = build_dataset(Path(args.cache), name="shards40k256", short_side=256)
         big_split = Split(big, "train")
         result["scaled"], reductions = scaled_rows(big, cfg, big_split, args.repeats)
-        print_scaled(result["scaled"], reductions, big_split, args.repeats)
+        print_scaled(rec, result["scaled"], reductions, big_split, args.repeats)
         sides = {"128-px frames (the loader table's)": Split(data, "train"), "256-px frames": big_split}
         result["decode"] = decode_table(sides, max(3, args.repeats))
-        print_decode(result["decode"])
+        print_decode(rec, result["decode"])
     if args.rows in ("all", "s3"):
         small = build_dataset(Path(args.cache), shard_size=1_000_000, name="shards40s")  # moto reads a whole object
         result["s3"] = s3_table(small, cfg, args.repeats)                                # per ranged GET: small shards
-        print_s3(result["s3"], args.repeats)
-    if args.json:
-        result.update(config=dataclasses.asdict(cfg), batch=BATCH)
-        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
+        print_s3(rec, result["s3"], args.repeats)
+    rec.figures.update(config=dataclasses.asdict(cfg), batch=BATCH)
+    rec.write(args.record)
     return result
 
 

@@ -24,6 +24,7 @@ ffmpeg's mjpeg with optimal Huffman tables (the default), with the standard tabl
 same pixels, more bytes), and libjpeg-turbo (simplejpeg) fed ffmpeg's scaled YUV 4:2:0 planes (no RGB step).
 ``--alt`` also measures the frame-store alternative: small-GOP MPEG-4 Part 2 video per sample
 (``-g 16 -bf 0``), its bytes, PSNR and the time to decode a random 16-frame clip vs JPEG frames.
+The tables go to ``docs/results/bench_preprocess.json`` (``--record``), which the Benchmarks page renders.
 """
 
 from __future__ import annotations
@@ -39,13 +40,14 @@ from pathlib import Path
 
 import numpy as np
 from benchdata import REAL, cpu_seconds
+from record import Record, add_argument
 
 from moquad.config import PreprocessConfig
 from moquad.data.store import decode_frames
 from moquad.preprocess import transcode as T
 from moquad.preprocess.run import preprocess
 
-GOAL = 1.10  # the whole command's CPU core-time per video vs a bare ffmpeg decode (issue 32)
+GOAL = 1.10  # the whole command's CPU core-time per video vs a bare ffmpeg decode
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -149,11 +151,12 @@ def start_ray(cpus: int) -> float | None:
 
 
 def same_output(a: Path, b: Path) -> tuple[bool, int]:
-    """(every shard and manifest byte-identical, number of shards); dataset.json (timings) and the writer lock
-    (pid, start time of its last holder) differ by nature."""
+    """(every shard and manifest byte-identical, number of shards); dataset.json (timings), the parts' bookkeeping
+    (``manifests/_parts``: each part's config and timings, the engine's) and the writer lock (pid, start time of
+    its last holder) differ by nature."""
     def outputs(root: Path) -> list[Path]:
         return sorted(p.relative_to(root) for p in root.rglob("*")
-                      if p.is_file() and "parts" not in p.parts and not p.name.startswith(".moquad-"))
+                      if p.is_file() and not {"parts", "_parts"} & set(p.parts) and not p.name.startswith(".moquad-"))
 
     files, other = outputs(a), outputs(b)
     same = files == other and all((a / f).read_bytes() == (b / f).read_bytes() for f in files
@@ -161,15 +164,22 @@ def same_output(a: Path, b: Path) -> tuple[bool, int]:
     return same, sum(1 for f in files if f.suffix == ".tar")
 
 
-def print_engines(times: dict[str, list[float]], cpus: int, n_shards: int, identical: bool, ray_start: float) -> None:
+def print_engines(rec: Record, times: dict[str, list[float]], cpus: int, n_shards: int, identical: bool,
+                  ray_start: float, videos: int) -> None:
     ray, local = times[f"engine ray ({cpus} CPUs)"], times[f"engine local ({cpus} CPUs)"]
     overhead = statistics.median([r / l_ - 1 for r, l_ in zip(ray, local)])
-    print(f"\nRay vs the local process pool, {cpus} CPUs, {n_shards} shards: {statistics.median(ray):.2f} s vs "
-          f"{statistics.median(local):.2f} s, overhead {100 * overhead:+.1f}% (median of per-repeat ratios); outputs "
-          f"identical: {'yes' if identical else 'NO'}; ray.init took {ray_start:.1f} s (not included)")
+    rec.figures["ray"] = {"overhead": overhead, "identical": identical, "shards": n_shards, "ray_init_s": ray_start}
+    rows = [[name, cpus, f"{statistics.median(t):.2f}", f"{videos / statistics.median(t) / cpus:.2f}"]
+            for name, t in ((f"`--engine local` (process pool, {cpus} workers)", local),
+                            (f"`--engine ray` (local Ray, {cpus} CPUs, a task per shard)", ray))]
+    rec.table("engines", ["engine", "cores", "wall s", "videos/s per core"], rows,
+              title=f"Ray vs the local process pool, {cpus} CPUs, {n_shards} shards (ray.init not included)",
+              notes=[f"Ray's overhead: {100 * overhead:+.1f} % (the median of the per-repeat ratios); every shard and "
+                     f"manifest byte {'identical' if identical else 'DIFFERENT'} between the engines."])
 
 
-def print_alt(files: list[Path], frames: dict, ref: dict, jpeg_psnr: float, args: argparse.Namespace) -> None:
+def print_alt(rec: Record, files: list[Path], frames: dict, ref: dict, jpeg_psnr: float,
+              args: argparse.Namespace) -> None:
     """The frame-store alternative (``--alt``): small-GOP MPEG-4 bytes, PSNR and clip decode time vs JPEG."""
     rng = np.random.default_rng(0)
     jpeg_bytes = sum(len(f.jpgs) for f in frames.values())
@@ -184,10 +194,8 @@ def print_alt(files: list[Path], frames: dict, ref: dict, jpeg_psnr: float, args
         return 1000 * _median_time(lambda: [decode(p, clip(p, u, d)) for p, u in starts], args.repeats) / len(starts)
 
     jpeg = lambda p, ix: decode_frames(frames[p].jpgs, frames[p].frame_offsets, ix)  # noqa: E731
-    print("\n| frame store | MB | vs JPEG bytes | PSNR dB | clip decode ms, dilation 1 / 2 / 4 |")
-    print("|---|---:|---:|---:|---:|")
     times = " / ".join(f"{t_clips(jpeg, d):.1f}" for d in (1, 2, 4))
-    print(f"| JPEG frames (chosen) | {jpeg_bytes / 1e6:.1f} | 1.00x | {jpeg_psnr:.1f} | {times} |")
+    rows = [["JPEG frames (the shards')", f"{jpeg_bytes / 1e6:.1f}", "1.00x", f"{jpeg_psnr:.1f}", times]]
     for qv, gop in ((3, 16), (2, 16), (2, 8)):
         store = {p: mpeg4_store(p, args.short_side, qv, gop) for p in files}
         alt_bytes = sum(len(b) for b in store.values())
@@ -195,11 +203,13 @@ def print_alt(files: list[Path], frames: dict, ref: dict, jpeg_psnr: float, args
             psnr(decode_clip_mpeg4(store[p], list(range(frames[p].num_frames)), gop), ref[p]) for p in files)
         mp4 = lambda p, ix, st=store, g=gop: decode_clip_mpeg4(st[p], ix, g)  # noqa: E731
         times = " / ".join(f"{t_clips(mp4, d):.1f}" for d in (1, 2, 4))
-        print(f"| MPEG-4 Part 2, GOP {gop}, q:v {qv} | {alt_bytes / 1e6:.1f} | {alt_bytes / jpeg_bytes:.2f}x | "
-              f"{alt_psnr:.1f} | {times} |")
+        rows.append([f"MPEG-4 Part 2, GOP {gop}, q:v {qv}", f"{alt_bytes / 1e6:.1f}", f"{alt_bytes / jpeg_bytes:.2f}x",
+                     f"{alt_psnr:.1f}", times])
+    rec.table("alt", ["frame store", "MB", "vs JPEG bytes", "PSNR dB", "16-frame clip decode ms, dilation 1 / 2 / 4"],
+              rows, title="Small-GOP MPEG-4 as the frame store")
 
 
-def print_encoders(files: list[Path], ref: dict, args: argparse.Namespace) -> None:
+def print_encoders(rec: Record, files: list[Path], ref: dict, args: argparse.Namespace) -> None:
     """``--encoders``: CPU per encoder against the bare decode (interleaved repeats), bytes and PSNR."""
     encoders = {
         "ffmpeg mjpeg, optimal Huffman tables (default)": lambda p: T.transcode(p, args.short_side, threads=1),
@@ -217,8 +227,7 @@ def print_encoders(files: list[Path], ref: dict, args: argparse.Namespace) -> No
             out[name] = {p: fn(p) for p in files}
             cpu[name].append(cpu_seconds() - c)
     default = next(iter(encoders))
-    print("\n| JPEG encoder (transcode, one core) | CPU vs bare decode | MB | vs default bytes | PSNR dB | pixels |")
-    print("|---|---:|---:|---:|---:|---|")
+    rows = []
     for name in encoders:
         frames = out[name]
         mb = sum(len(f.jpgs) for f in frames.values())
@@ -226,9 +235,10 @@ def print_encoders(files: list[Path], ref: dict, args: argparse.Namespace) -> No
         same = all(np.array_equal(dec[p], decode_frames(out[default][p].jpgs, out[default][p].frame_offsets,
                                                          range(out[default][p].num_frames))) for p in files)
         r = statistics.median(a / b for a, b in zip(cpu[name], cpu["decode"]))
-        print(f"| {name} | {r:.2f}x | {mb / 1e6:.1f} | "
-              f"{mb / sum(len(f.jpgs) for f in out[default].values()):.3f}x | "
-              f"{statistics.mean(psnr(dec[p], ref[p]) for p in files):.2f} | {'= default' if same else 'differ'} |")
+        rows.append([name, f"{r:.2f}x", f"{mb / sum(len(f.jpgs) for f in out[default].values()):.3f}x",
+                     f"{statistics.mean(psnr(dec[p], ref[p]) for p in files):.2f}", "the default's" if same else "other"])
+    rec.table("encoders", ["JPEG encoder (one core)", "CPU vs bare decode", "bytes vs default", "PSNR dB", "pixels"],
+              rows, align="lrrrl", title="The JPEG encoders the transcode could use")
 
 
 def measure(files: list[Path], args: argparse.Namespace) -> tuple:
@@ -281,24 +291,25 @@ def measure(files: list[Path], args: argparse.Namespace) -> tuple:
     return steps, times, cpu, shard_bytes, identical, n_shards, ray_start
 
 
-def print_table(steps: list, times: dict[str, list[float]], cpu: dict[str, list[float]], videos: int,
-                frames: int) -> None:
+def print_table(rec: Record, steps: list, times: dict[str, list[float]], cpu: dict[str, list[float]], videos: int,
+                title: str) -> None:
     """The main table: wall and CPU core-time per step against the bare decode, the goal beside the whole command."""
     floor = steps[0][0]
 
     def ratio(clock: dict[str, list[float]], name: str, cores: int) -> float:
         return statistics.median(a * cores / b for a, b in zip(clock[name], clock[floor]))
 
-    print("| step | cores | wall s | CPU s | videos/s per CPU core | frames/s per CPU core | wall x cores vs bare "
-          "decode | CPU vs bare decode | goal |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    rows = []
     for name, cores, _ in steps:
-        t, c, r_cpu = statistics.median(times[name]), statistics.median(cpu[name]), ratio(cpu, name, 1)
-        goal = f"<= {GOAL:.2f}x: {'met' if r_cpu <= GOAL else 'NOT met'}" if name.endswith("(1 worker)") else ""
-        cpu_cols = f"{c:.2f} | {videos / c:.2f} | {frames / c:.0f} | {ratio(times, name, cores):.2f}x | {r_cpu:.2f}x"
-        if name.startswith("engine ray"):  # Ray's workers are not this process's children: no CPU count
-            cpu_cols = f"- | - | - | {ratio(times, name, cores):.2f}x | -"
-        print(f"| {name} | {cores} | {t:.2f} | {cpu_cols} | {goal} |")
+        if name.startswith("engine"):  # the engines' own table; Ray's workers are not this process's children
+            continue
+        c, r_cpu = statistics.median(cpu[name]), ratio(cpu, name, 1)
+        goal = f"≤ {GOAL:.2f}x: {'met' if r_cpu <= GOAL else 'not met'}" if name.endswith("(1 worker)") else ""
+        rec.figures[name] = {"wall_s": statistics.median(times[name]), "cpu_s": c, "cpu_vs_decode": r_cpu,
+                             "wall_x_cores_vs_decode": ratio(times, name, cores)}
+        rows.append([name, cores, f"{r_cpu:.2f}x", f"{ratio(times, name, cores):.2f}x", f"{videos / c:.2f}", goal])
+    rec.table("main", ["step", "cores", "CPU vs bare decode", "wall × cores vs bare decode", "videos/s per CPU core",
+                       "goal"], rows, align="lrrrrl", title=title)
 
 
 def main() -> None:
@@ -310,7 +321,9 @@ def main() -> None:
     ap.add_argument("--alt", action="store_true", help="also measure small-GOP MPEG-4 as the frame store")
     ap.add_argument("--encoders", action="store_true", help="also measure other JPEG encoders (CPU, bytes, PSNR)")
     ap.add_argument("--engine-shard-size", type=int, default=1_000_000, help="source bytes per shard (engine rows)")
+    add_argument(ap, "bench_preprocess")
     args = ap.parse_args()
+    rec = Record("bench_preprocess")
     files = sorted(p for p in args.videos.iterdir() if p.suffix.lower() in T.VIDEO_EXTENSIONS)
     if not files:
         sys.exit(f"no videos in {args.videos}")
@@ -318,25 +331,31 @@ def main() -> None:
     frames = {p: T.transcode(p, args.short_side, threads=1) for p in files}  # warm-up + reference output
     n_frames = sum(f.num_frames for f in frames.values())
     steps, times, cpu, shard_bytes, identical, n_shards, ray_start = measure(files, args)
-    print(f"\n{len(files)} videos, {n_frames} frames, {src_bytes / 1e6:.1f} MB source, short side {args.short_side}, "
-          f"median of {args.repeats} (ratios: medians of the per-repeat ratios to the bare decode of the same "
-          "repeat)\n")
-    print_table(steps, times, cpu, len(files), n_frames)
+    rec.figures.update(videos=len(files), frames=n_frames, source_mb=src_bytes / 1e6, short_side=args.short_side,
+                       repeats=args.repeats)
+    print_table(rec, steps, times, cpu, len(files),
+                f"{len(files)} videos, {n_frames} frames, {src_bytes / 1e6:.1f} MB source, short side "
+                f"{args.short_side}, median of {args.repeats} (ratios: medians of the per-repeat ratios to the bare "
+                "decode of the same repeat)")
 
     ref = {p: raw_frames(p, args.short_side) for p in files}
     jpeg_psnr = statistics.mean(
         psnr(decode_frames(f.jpgs, f.frame_offsets, range(f.num_frames)), ref[p]) for p, f in frames.items())
-    print(f"\nshards {shard_bytes / 1e6:.1f} MB = {shard_bytes / src_bytes:.2f}x source bytes; "
-          f"JPEG payload PSNR {jpeg_psnr:.1f} dB vs scaled raw frames")
+    rec.figures.update(shard_mb=shard_bytes / 1e6, jpeg_psnr_db=jpeg_psnr)
+    rec.table("storage", ["", "MB", "vs source bytes", "PSNR dB vs the scaled raw frames"],
+              [["source videos", f"{src_bytes / 1e6:.1f}", "1.00x", ""],
+               ["shards (JPEG frames)", f"{shard_bytes / 1e6:.1f}", f"{shard_bytes / src_bytes:.2f}x",
+                f"{jpeg_psnr:.1f}"]], title="Storage")
 
     if ray_start is not None:
-        print_engines(times, args.workers, n_shards, identical, ray_start)
+        print_engines(rec, times, args.workers, n_shards, identical, ray_start, len(files))
 
     if args.encoders:
-        print_encoders(files, ref, args)
+        print_encoders(rec, files, ref, args)
 
     if args.alt:
-        print_alt(files, frames, ref, jpeg_psnr, args)
+        print_alt(rec, files, frames, ref, jpeg_psnr, args)
+    rec.write(args.record)
 
 
 if __name__ == "__main__":

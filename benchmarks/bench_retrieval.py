@@ -13,7 +13,8 @@ batched Lance call. Reported: recall@10 against exact, build time (write + index
 the speed-up over exact. Times are medians of ``--repeats`` runs, taken in this process.
 
 Run: ``nice python benchmarks/bench_retrieval.py --sizes 10000,100000,1000000 --repeats 3``
-(1M: ~2 GB of vectors plus ~2 GB on disk under ``--tmp``; peak memory ~6 GB).
+(1M: ~2 GB of vectors plus ~2 GB on disk under ``--tmp``; peak memory ~6 GB). The tables go to
+``docs/results/bench_retrieval.json`` (``--record``), which the retrieval page renders.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from record import Record, add_argument
 
 from moquad.eval.ann import (
     lance_index,
@@ -63,7 +65,7 @@ def plain_topk(q: torch.Tensor, g: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def old_float64_nearest(q: np.ndarray, g: np.ndarray, k: int) -> np.ndarray:
-    """moquad's exact search before issue 15 (float64 matmul, a Python loop per row), the 'before' row."""
+    """moquad's earlier exact search (float64 matmul, a Python loop per row), the 'before' row."""
     k = min(k, len(g))
     chunk = max(1, min(4096, CHUNK // max(1, len(g))))
     out = np.empty((len(q), k), dtype=np.int64)
@@ -94,7 +96,7 @@ def make_vectors(kind: str, n: int, d: int, clusters: int, seed: int) -> torch.T
     return out
 
 
-def part_exact(repeats: int, device: str) -> None:
+def part_exact(rec: Record, repeats: int, device: str) -> None:
     rng = np.random.default_rng(0)
     q = rng.normal(size=(3783, 512))
     g = rng.normal(size=(9537, 512))
@@ -111,15 +113,15 @@ def part_exact(repeats: int, device: str) -> None:
     t = {name: statistics.median(v) for name, v in times.items()}
     t["old"], old = _median_time(partial(old_float64_nearest, q, g, 50), 1)
     assert np.array_equal(nearest(qt, gt, 50), old), "exact search disagrees with the float64 rule"
-    print(f"UCF101 size: 3783 x 9537 x 512, top-50, {device}, torch threads {torch.get_num_threads()}, "
-          f"median of {repeats}\n")
-    print(f"{'method':<58}{'time (s)':>10}{'vs plain topk':>15}")
-    for name, label in (("plain", "plain fp32 matmul + torch.topk (no tie rule)"),
-                        ("cuts", "moquad nearest, exact sets at k=1,5,10,20,50 (retrieve)"),
-                        ("all", "moquad nearest, exact order at every place"),
-                        ("old", "before: float64 matmul + per-row loop (1 run)")):
-        print(f"{label:<58}{t[name]:>10.3f}{t[name] / t['plain']:>14.2f}x")
-    print()
+    rec.figures["exact s"] = t
+    rec.table("exact", ["method", "time (s)", "vs plain topk"],
+              [[label, f"{t[name]:.3f}", f"{t[name] / t['plain']:.2f}x"]
+               for name, label in (("plain", "plain fp32 matmul + `torch.topk` (no tie rule)"),
+                                   ("cuts", "moquad `nearest`, exact sets at k = 1, 5, 10, 20, 50 (`retrieve`)"),
+                                   ("all", "moquad `nearest`, exact order at every place"),
+                                   ("old", "float64 matmul + a loop per row (1 run)"))],
+              title=f"UCF101 size: 3,783 x 9,537 x 512, top-50, {device}, torch threads {torch.get_num_threads()}, "
+                    f"median of {repeats}")
 
 
 # (index, build kwargs, [search kwargs ...], largest gallery it is built for); nprobes = share of the
@@ -155,9 +157,10 @@ def _lance_rows(name: str, build: dict, searches: list[dict], g: torch.Tensor, q
     return rows
 
 
-def part_gallery(sizes: list[int], kinds: list[str], n_queries: int, clusters: int, repeats: int, tmp: Path,
-                 indexes: list[str]) -> None:
+def part_gallery(rec: Record, sizes: list[int], kinds: list[str], n_queries: int, clusters: int, repeats: int,
+                 tmp: Path, indexes: list[str]) -> None:
     print(f"{'gallery':<20}{'method':<52}{'recall@10':>10}{'build (s)':>11}{'query (s)':>11}{'vs exact':>10}")
+    table: list[list] = []
     for n in sizes:
         for kind in kinds:
             g = make_vectors(kind, n, 512, clusters, seed=1)
@@ -167,15 +170,21 @@ def part_gallery(sizes: list[int], kinds: list[str], n_queries: int, clusters: i
             rows = [("moquad exact (tie rule)", 1.0, 0.0, t_exact, 1.0),
                     ("plain fp32 matmul + topk", recall_at(plain.numpy(), exact, (10,))["recall@10"], 0.0, t_plain,
                      t_exact / t_plain)]
-            _print(n, kind, rows)
+            table += _print(n, kind, rows)
             for name, build, searches, largest in LANCE:
                 if name in indexes and n <= largest:
-                    _print(n, kind, _lance_rows(name, dict(build), searches, g, q.numpy(), exact, t_exact, repeats, tmp))
+                    table += _print(n, kind, _lance_rows(name, dict(build), searches, g, q.numpy(), exact, t_exact,
+                                                         repeats, tmp))
+    rec.table("gallery", ["gallery", "method", "recall@10", "build (s)", "query (s)", "vs exact"], table, align="llrrrr",
+              title=f"Galleries of unit 512-d vectors, {n_queries:,} queries, top-10, median of {repeats}", show=False)
 
 
-def _print(n: int, kind: str, rows: list[tuple]) -> None:
-    for label, rec, tb, tq, speed in rows:
-        print(f"{f'{n:,} {kind}':<20}{label:<52}{rec:>10.4f}{tb:>11.1f}{tq:>11.3f}{speed:>9.1f}x", flush=True)
+def _print(n: int, kind: str, rows: list[tuple]) -> list[list]:
+    out = []
+    for label, recall, tb, tq, speed in rows:
+        print(f"{f'{n:,} {kind}':<20}{label:<52}{recall:>10.4f}{tb:>11.1f}{tq:>11.3f}{speed:>9.1f}x", flush=True)
+        out.append([f"{n:,} {kind}", label, f"{recall:.4f}", f"{tb:.1f}", f"{tq:.3f}", f"{speed:.1f}x"])
+    return out
 
 
 def main() -> None:
@@ -189,18 +198,21 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="part 1 only")
     ap.add_argument("--tmp", default=None, help="folder for the Lance datasets (default: a temp dir)")
+    add_argument(ap, "bench_retrieval")
     args = ap.parse_args()
+    rec = Record("bench_retrieval")
     parts = args.part.split(",")
     if "exact" in parts:
-        part_exact(args.repeats, args.device)
+        part_exact(rec, args.repeats, args.device)
     if "gallery" in parts:
         tmp = Path(args.tmp or tempfile.mkdtemp(prefix="bench_retrieval_"))
         try:
-            part_gallery([int(x) for x in args.sizes.split(",")], args.kinds.split(","), args.queries, args.clusters,
-                         args.repeats, tmp, args.indexes.split(","))
+            part_gallery(rec, [int(x) for x in args.sizes.split(",")], args.kinds.split(","), args.queries,
+                         args.clusters, args.repeats, tmp, args.indexes.split(","))
         finally:
             if not args.tmp:
                 shutil.rmtree(tmp, ignore_errors=True)
+    rec.write(args.record)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ IVF index (build + search), with recall@10. Peak memory: the growth of this proc
 
 Batches are tiny on purpose (per-rank batch 8, 4-frame clips, 32-pixel crops): the rows measure what grows with
 the dataset, not the per-batch work (``bench_loader.py`` measures that). 1M needs ~3 GB of memory. Lance's k-means warnings are silenced.
-Run: ``nice python benchmarks/bench_scale.py`` (~5 min on 2 cores; ``--quick``: 50k and 240k, small search).
+Run: ``nice python benchmarks/bench_scale.py`` (~5 min on 2 cores; ``--quick``: 50k and 240k, small search). The
+tables go to ``docs/results/bench_scale.json`` (``--record``), which the Benchmarks page renders.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import simplejpeg
+from record import Record, add_argument
 
 from moquad.config import LoaderConfig
 from moquad.data.epoch_plan import EpochPlan
@@ -313,7 +315,9 @@ def main() -> None:
     p.add_argument("--rows", default="loader,merge,listing,search")
     p.add_argument("--quick", action="store_true", help="50k and 240k videos, 200 parts, 24k x 2k search, 1 repeat")
     p.add_argument("--tmp", default=None)
+    add_argument(p, "bench_scale")
     args = p.parse_args()
+    rec = Record("bench_scale")
     if args.quick:
         args.sizes, args.repeats, args.parts, args.gallery, args.queries = "50000,240000", 1, 200, 24_000, 2_000
     rows = set(args.rows.split(","))
@@ -326,28 +330,50 @@ def main() -> None:
         real = real_samples(tmp, args.samples)
         print(f"built {args.samples} real samples in {time.perf_counter() - t0:.1f} s; load {os.getloadavg()[0]:.2f}")
         if "loader" in rows:
-            print_loader({int(s): loader_rows(real, tmp, int(s), args) for s in args.sizes.split(",")}, args)
+            print_loader(rec, {int(s): loader_rows(real, tmp, int(s), args) for s in args.sizes.split(",")}, args)
+        other = []
         if "merge" in rows:
             took, peak = merge_parts(real, tmp, args.merge_videos, args.parts)
-            print(f"--merge of {args.parts} part manifests ({args.merge_videos} videos): {took:.1f} s, peak +{peak:.0f} MB")
+            other.append([f"`--merge` of {args.parts:,} part manifests ({args.merge_videos:,} videos)", f"{took:.1f} s",
+                          f"+{peak:,.0f} MB"])
         if "listing" in rows:
             took, peak = k400_listing(tmp, args.csv_rows)
-            print(f"listing a K400 folder ({args.csv_rows} CSV rows, files present): {took:.1f} s, peak +{peak:.0f} MB")
+            other.append([f"listing a K400 folder ({args.csv_rows:,} CSV rows, the files present)", f"{took:.1f} s",
+                          f"+{peak:,.0f} MB"])
         if "search" in rows:
             r = search_rows(real, tmp, args.gallery, args.queries, args.dim)
-            print(f"{args.gallery} x {args.queries} at {args.dim}-d: feature cache write {r['cache_s']:.1f} s "
-                  f"(peak +{r['cache_peak']:.0f} MB); exact "
-                  f"top-10 {r['exact_s']:.1f} s (peak +{r['exact_peak']:.0f} MB); IVF index build {r['ivf_build_s']:.1f}"
-                  f" s, search {r['ivf_search_s']:.1f} s, recall@10 {r['recall10']:.3f}")
-        print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            rec.figures["search"] = r
+            other += [[f"feature cache write (Lance), {args.gallery:,} videos x {args.dim}-d", f"{r['cache_s']:.1f} s",
+                       f"+{r['cache_peak']:,.0f} MB"],
+                      [f"exact top-10 of {args.queries:,} queries in them", f"{r['exact_s']:.1f} s",
+                       f"+{r['exact_peak']:,.0f} MB"],
+                      [f"IVF index build / search, recall@10 {r['recall10']:.3f}",
+                       f"{r['ivf_build_s']:.1f} s / {r['ivf_search_s']:.1f} s", ""]]
+        if other:
+            rec.table("preprocess_eval", ["preprocessing and evaluation", "time", "peak memory"], other, align="lrr",
+                      title="Preprocessing and evaluation at Kinetics size")
+        rec.write(args.record)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def print_loader(res: dict[int, dict[str, float]], args) -> None:
+GOALS = {  # key -> (the goal's text, whether a size's figures meet it), a size's figures as a dict
+    "fresh": lambda n, r: ("≤ 2 s", r["fresh"] <= 2) if n <= 240_000 else ("≤ 5 s", r["fresh"] <= 5),
+    "resume": lambda n, r: ("≤ new run", r["resume"] <= r["fresh"]),
+    "uss": lambda n, r: ("≤ 50 MB", r["uss"] <= 50) if n >= 1_000_000 else ("", True),
+}
+
+
+def _goal(key: str, n: int, r: dict[str, float]) -> str:
+    if key not in GOALS:
+        return ""
+    text, met = GOALS[key](n, r)
+    return f"{text}: {'met' if met else 'not met'}" if text else ""
+
+
+def print_loader(rec: Record, res: dict[int, dict[str, float]], args) -> None:
     sizes = sorted(res)
-    goal = {"fresh": lambda n: "<= 2 s" if n <= 240_000 else "<= 5 s", "resume": lambda n: "<= new run",
-            "uss": lambda n: "<= 50 MB" if n >= 1_000_000 else ""}
+    rec.figures["loader"] = {str(n): r for n, r in res.items()}
     lines = [("manifest load, first ever: frame index decoded + cached (s)", "cold", "{:.2f}"),
              ("manifest load (s)", "load", "{:.2f}"), ("manifest checksum, once per run (s)", "checksum", "{:.2f}"),
              (f"first batch, new run, {args.workers} workers (s)", "fresh", "{:.2f}"),
@@ -355,16 +381,15 @@ def print_loader(res: dict[int, dict[str, float]], args) -> None:
              ("first batch, next epoch, workers kept (s)", "next", "{:.3f}"),
              ("epoch plan (s)", "plan", "{:.3f}"),
              (f"per worker of {args.mem_workers}: USS (MB)", "uss", "{:.1f}"),
-             (f"per worker of {args.mem_workers}: USS written (Private_Dirty, MB)", "dirty", "{:.1f}"),
+             (f"per worker of {args.mem_workers}: of it written (MB)", "dirty", "{:.1f}"),
              (f"per worker of {args.mem_workers}: PSS (MB)", "pss", "{:.1f}"),
              (f"per worker of {args.mem_workers}: shared copy-on-write (MB)", "shared", "{:.0f}"),
              ("main process RSS (MB)", "main_rss", "{:.0f}")]
-    head = "| | " + " | ".join(f"{n:,} videos | goal" for n in sizes) + " |"
-    print(head)
-    print("|" + "---|" * (1 + 2 * len(sizes)))
-    for label, key, fmt in lines:
-        cells = " | ".join(f"{fmt.format(res[n][key])} | {goal.get(key, lambda n: '')(n)}" for n in sizes)
-        print(f"| {label} | {cells} |")
+    rows = [[label, *(c for n in sizes for c in (fmt.format(res[n][key]), _goal(key, n, res[n])))]
+            for label, key, fmt in lines]
+    rec.table("loader", ["", *(c for n in sizes for c in (f"{n:,} videos", "goal"))], rows,
+              align="l" + "rl" * len(sizes), title=f"The trainer's loader as rank 0 of {WORLD} ranks x per-rank batch "
+                                                    f"{PER_RANK}, medians of {args.repeats}")
 
 
 if __name__ == "__main__":

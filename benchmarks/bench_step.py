@@ -7,7 +7,8 @@ method to SimCLR. A momentum method runs only the anchors backward, so its step 
 Timed: EMA update (momentum methods) + forward + loss + backward + optimizer step on random normalised clips (no
 data loading), median of ``--repeats`` after one warm-up step, the methods' steps interleaved so load affects all
 alike; the optimizer is the one the backbone's recipes use (LARS for the CNNs, ``adamw_vit`` for the
-transformers, i.e. the backbone rows with CAM tokens). Run: ``nice python benchmarks/bench_step.py``.
+transformers, i.e. the backbone rows with CAM tokens). Run: ``nice python benchmarks/bench_step.py``; the tables
+go to ``docs/results/bench_step.json`` (``--record``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import statistics
 import time
 
 import torch
+from record import Record, add_argument
 
 from moquad.config import PretrainConfig
 from moquad.models import build_model
@@ -98,24 +100,29 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
+    add_argument(ap, "bench_step")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"device {args.device}, torch threads {torch.get_num_threads()}, median of {args.repeats} steps, "
-          "ms per video (ratio to SimCLR)\n")
-    print("| backbone | batch | clip | " + " | ".join(ROWS) + " |")
-    print("|---|---:|---|" + "---:|" * len(ROWS))
+    rec = Record("bench_step")
+    rec.figures.update(device=args.device, threads=torch.get_num_threads(), repeats=args.repeats)
+    rows = []
     for entry in args.configs:
         name, batch, frames, size = entry.split(":")
         batch, frames, size = int(batch), int(frames), int(size)
         med = time_steps(name, batch, frames, size, args.repeats, args.device)
-        cells = [f"{med[m] / batch * 1e3:.1f} ({med[m] / med['simclr']:.2f}x)" for m in ROWS]
-        print(f"| {name} | {batch} | {frames}x{size}px | " + " | ".join(cells) + " |")
-
-    print("\nloss alone (forward + backward, 128-d projections), global batch of 256 videos:")
-    for mode in ("simclr", "moquad"):
-        print(f"  {mode:<7} {time_loss(256, mode, args.repeats, args.device) * 1e3:8.2f} ms per step")
-
+        rec.figures[entry] = {m: med[m] / batch * 1e3 for m in ROWS}  # ms per video
+        rows.append([name, f"{batch} x {frames}x{size}",
+                     *(f"{med[m] / batch * 1e3:.1f} ({med[m] / med['simclr']:.2f}x)" for m in ROWS)])
+    rec.table("step", ["backbone", "batch x clip", *ROWS], rows, align="ll" + "r" * len(ROWS),
+              title=f"{args.device}, {torch.get_num_threads()} torch threads, median of {args.repeats} steps: "
+                    "ms per video (ratio to simclr)")
+    loss = {mode: time_loss(256, mode, args.repeats, args.device) * 1e3 for mode in ("simclr", "moquad")}
+    rec.figures["loss ms at batch 256"] = loss
+    rec.table("loss", ["loss", "ms per step", "ratio"], [[m, f"{v:.2f}", f"{v / loss['simclr']:.2f}x"]
+                                                        for m, v in loss.items()],
+              title="The loss alone (forward + backward, 128-d projections), a global batch of 256 videos")
+    rec.write(args.record)
 
 if __name__ == "__main__":
     main()

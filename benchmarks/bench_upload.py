@@ -6,7 +6,8 @@ Rows per file size: wall seconds (median of ``--repeats``, each a fresh key), th
 measured in the same process, the bytes the client sent per file byte (the proxy counts PUT bodies), and the
 CopyObject requests. moto keeps objects in memory and copies them itself: the times show the client and moto on this
 machine, not a real network; what carries over is the copy count and the bytes sent.
-Run: ``nice python benchmarks/bench_upload.py`` (~1 min on 2 cores; needs moto: ``pip install -e '.[dev]'``).
+Run: ``nice python benchmarks/bench_upload.py`` (~1 min on 2 cores; needs moto: ``pip install -e '.[dev]'``). The table
+goes to ``docs/results/bench_upload.json`` (``--record``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+
+from record import Record, add_argument
 
 from moquad import objstore
 
@@ -49,7 +52,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes-mb", type=int, nargs="+", default=[16, 128])
     ap.add_argument("--repeats", type=int, default=3)
+    add_argument(ap, "bench_upload")
     args = ap.parse_args()
+    rec = Record("bench_upload")
     from s3server import s3_server
 
     rows = []
@@ -61,12 +66,13 @@ def main() -> None:
             old = measure(proxy, previous_upload, local, args.repeats)
             new = measure(proxy, objstore.upload, local, args.repeats)
             rows.append((mb, old, new))
-    print("| file | previous: temp key + move, s | direct multipart, s | ratio (previous / direct) "
-          "| bytes sent per byte (previous / direct) | CopyObject per upload (previous / direct) |")
-    print("|---|---|---|---|---|---|")
-    for mb, old, new in rows:
-        print(f"| {mb} MiB | {old[0]:.2f} | {new[0]:.2f} | {old[0] / new[0]:.2f}x | {old[1]:.2f} / {new[1]:.2f} "
-              f"| {old[2]} / {new[2]} |")
+    rec.table("upload", ["file", "temp key + move, s", "direct multipart, s", "ratio", "bytes sent per byte",
+                         "CopyObject per upload"],
+              [[f"{mb} MiB", f"{old[0]:.2f}", f"{new[0]:.2f}", f"{old[0] / new[0]:.2f}x", f"{old[1]:.2f} / {new[1]:.2f}",
+                f"{old[2]} / {new[2]}"] for mb, old, new in rows],
+              title="Shard uploads to a local S3-API server: the previous scheme against the direct multipart upload "
+                    "(ratio: previous / direct; pairs: previous / direct)")
+    rec.write(args.record)
 
 
 if __name__ == "__main__":

@@ -340,7 +340,7 @@ def table_reference(name: str, table: Mapping[str, Any], ctx: dict[str, Any]) ->
                  "a row." if chosen else "")
     return (f"The table of {TABLE_TITLES[name]}: a `dict`, name -> row.{chosen_by}\n\n" + "\n".join(lines)
             + "\n\nRead-only here: a new row is added in the module that owns the table "
-              "([Extending moquad](extending.md)).\n")
+              "([Extending moquad](../guides/extending.md)).\n")
 
 
 # ----------------------------------------------------------------------------- the API page
@@ -436,7 +436,7 @@ def link_public_names(html: str, api_url: str) -> str:
 
 
 def on_page_content(html: str, page, config, files) -> str:
-    api = files.get_file_from_path("api.md")
+    api = files.get_file_from_path("reference/api.md")
     if api is not None:
         html = link_public_names(html, api.url_relative_to(page.file))
     return ROLE.sub(r"\1", html)

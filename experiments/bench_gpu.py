@@ -16,7 +16,9 @@ three data paths, and the GPU JPEG decoder. Run on a CUDA machine: ``python expe
    cores used (the workers' and this process's CPU time over wall time) for augmentation in the workers
    (``workers``), CPU decode with augmentation on the GPU (``device``) and GPU decode (``gpu-decode``), the
    workers' shared batch buffers recycled (``pipeline.BufferRing``, on with pin_memory) or fresh per batch (before).
-   ``--repeats 3 --warm``: medians of interleaved runs with the page cache kept (what the README's table used).
+   ``--repeats 3 --warm``: medians of interleaved runs with the page cache kept.
+
+The tables go to ``docs/results/bench_gpu.json`` (``--record``), which the GPU page renders.
 
 Dataset: ``moquad synth`` videos rendered at 128 px (``--videos``, 64 frames, types family) written with
 ``moquad.preprocess.frames.write_frames`` (no ffmpeg needed), plus the real clips of ../shared/data (their
@@ -41,6 +43,7 @@ from pathlib import Path
 import numpy as np
 import simplejpeg
 import torch
+from record import Record, add_argument
 
 from moquad.config import LoaderConfig
 from moquad.data.augment import to_model
@@ -277,8 +280,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1, help="decode rows: interleaved repeats (medians)")
     ap.add_argument("--warm", action="store_true", help="decode rows: keep the page cache (CPU, not disk)")
     ap.add_argument("--json", default=None)
+    add_argument(ap, "bench_gpu")
     args = ap.parse_args()
     skip = set(args.skip.split(","))
+    rec = Record("bench_gpu")
     result: dict = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
     print(result, flush=True)
     if "step" not in skip:
@@ -291,32 +296,37 @@ def main() -> None:
                          for m in args.e2e_modes.split(",")]
         for r in result["e2e"]:
             print(r, flush=True)
-    print_tables(result)
+    record_tables(rec, result)
+    rec.write(args.record)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
 
 
-def print_tables(r: dict) -> None:
-    print(f"\n{r['device']}, torch {r['torch']}\n")
+PATHS = {"workers": "augmentation in the workers", "device": "`--augment-on-device`",
+         "gpu-decode": "nvJPEG decode + augmentation on the GPU"}  # the data paths' names in the tables
+
+
+def record_tables(rec: Record, r: dict) -> None:
+    """The step, end-to-end and loader tables of a result (``r``: what ``--json`` writes) into ``rec``."""
+    rec.figures.update(r)
     if "step" in r:
-        print("| clip | batch/GPU | channels_last_3d | SimCLR ms/video | MoQuad ms/video | ratio |\n|---|---:|---|---:|---:|---:|")
-        for s in r["step"]:
-            print(f"| 16x{s['size']}^2 | {s['batch']} | {s['channels_last_3d']} | {s['simclr_ms_per_video']:.2f} | "
-                  f"{s['moquad_ms_per_video']:.2f} | {s['ratio']:.2f} |")
-    if "e2e" in r:
-        print("\n| moquad pretrain, 16 workers | clips/s | GPU busy % | data wait | steps |\n|---|---:|---:|---:|---:|")
-        for e in r["e2e"]:
-            if "error" in e:
-                print(f"| {e['mode']} | failed: {e['error']} | | | |")
-                continue
-            print(f"| {e['mode']} | {e['clips_per_s']:.0f} | {e['gpu_busy']:.0f} | {e['data_wait']:.3f} | {e['steps']} |")
+        rec.table("step", ["clip", "batch/GPU", "channels-last 3D", "SimCLR ms/video", "MoQuad ms/video", "ratio"],
+                  [[f"16×{s['size']}²", s["batch"], "yes" if s["channels_last_3d"] else "no",
+                    f"{s['simclr_ms_per_video']:.2f}", f"{s['moquad_ms_per_video']:.2f}", f"{s['ratio']:.2f}"]
+                   for s in r["step"]], align="lrlrrr",
+                  title="R3D-18 training step, bf16: SimCLR base (2 clips per video) against MoQuad (4)")
+    for key in ("e2e", "e2e_channels_last"):
+        if key in r:
+            rows = [[PATHS.get(e["mode"], e["mode"]), f"failed: {e['error']}", "", "", ""] if "error" in e else
+                    [PATHS.get(e["mode"], e["mode"]), f"{e['clips_per_s']:.0f}", f"{e['gpu_busy']:.0f}",
+                     f"{e['data_wait']:.3f}", e["steps"]] for e in r[key]]
+            rec.table(key, ["`moquad pretrain`, 16 workers", "clips/s", "GPU busy %", "data wait", "steps"], rows,
+                      title="End to end, R3D-18 16×112², batch 32" + (", channels-last 3D" if key != "e2e" else ""))
     if "decode" in r:
-        print("\n| loader -> to_model only | workers | worker buffers | clips/s | CPU cores used | clips per CPU s |\n"
-              "|---|---:|---|---:|---:|---:|")
-        for d in r["decode"]:
-            bufs = "recycled" if d.get("recycle", True) else "fresh"
-            print(f"| {d['mode']} | {d['workers']} | {bufs} | {d['clips_per_s']:.0f} | {d['cpu_cores']:.2f} | "
-                  f"{d['clips_per_s'] / d['cpu_cores']:.0f} |")
+        rec.table("decode", ["the loader alone", "workers", "worker buffers", "clips/s", "CPU cores", "clips per CPU s"],
+                  [[PATHS.get(d["mode"], d["mode"]), d["workers"], "recycled" if d.get("recycle", True) else "fresh",
+                    f"{d['clips_per_s']:,.0f}", f"{d['cpu_cores']:.2f}", f"{d['clips_per_s'] / d['cpu_cores']:.0f}"]
+                   for d in r["decode"]], align="lrlrrr", title="The loader alone, batches of 32 to `to_model` on the GPU")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Why is MoQuad's retrieval gain small on the ``directions`` family? Measurements of frozen features (issue 16).
+"""Why is MoQuad's retrieval gain small on the ``directions`` family? Measurements of frozen features.
 
 For every run folder of ``experiments/synth_evidence.py`` (``data/shards``, ``{random,simclr,moquad}/checkpoints/
 last.pt``, ``quickstart.json``) and every checkpoint, the demo's test views (``eval/cpu_demo.yaml``: 5 clips of
@@ -31,7 +31,7 @@ motion. Three tables per run folder, then mean +- std over the folders of one fa
 Also printed: the largest difference between the pooled feature here and ``moquad extract``'s cache (the
 probe reads what moquad evaluates), and the Fig. 4 ranks of each run's last 20 % of steps.
 
-    nice python experiments/feature_probe.py /work/runs/evidence/directions/seed0 --out runs/probe/probe.json
+    nice python experiments/feature_probe.py runs/evidence/directions/seed0 --out runs/probe/probe.json
     nice python experiments/feature_probe.py RUN --checkpoint "warm-up 0.2=runs/w/checkpoints/last.pt"
 
 One torch thread (the machine is shared): ~15 s per checkpoint on 2 cores, 3 checkpoints per run folder.
@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from record import Record, add_argument
 
 from moquad import config as C
 from moquad import settings, synth
@@ -292,7 +293,9 @@ def main() -> None:
                     help="another checkpoint to probe on each run folder's data (repeatable)")
     ap.add_argument("--recipe", default="eval/cpu_demo.yaml", help="evaluation recipe of the test views")
     ap.add_argument("--out", type=Path, default=None, help="also write every number to this JSON file")
+    add_argument(ap, "feature_probe")
     args = ap.parse_args()
+    rec = Record("feature_probe")
     torch.set_num_threads(1)
     extra = dict(c.split("=", 1) for c in args.checkpoint)
     by_kind: dict[str, list[dict]] = defaultdict(list)
@@ -320,6 +323,8 @@ def main() -> None:
     for kind, results in by_kind.items():
         if len(results) > 1:
             print(report(f"{kind}, mean ± std over {len(results)} run folders", results))
+    rec.figures.update(everything)
+    rec.write(args.record)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(everything, indent=1))

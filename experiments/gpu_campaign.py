@@ -1,15 +1,19 @@
-"""The GPU campaign: every GPU path and a GPU-scale ladder, in jobs that each fit one device call (docs/gpu.md).
+"""The GPU campaign: every GPU path and a GPU-scale ladder, in jobs that each fit a short GPU allocation (a SLURM job
+with a time limit, a spot instance), so that a few such allocations in a row measure everything (docs: "Running
+the GPU campaign"; the results page renders the records).
 
     python experiments/gpu_campaign.py --budget-s 540 [--jobs paths,decode,ladder] [--device cuda|cpu] [--tiny]
-                                      [--out docs/gpu]
-    python experiments/gpu_campaign.py --collect DIR      # copy a device call's JSONs (its $OUT) into docs/gpu/
+                                      [--out docs/results/gpu]
+    python experiments/gpu_campaign.py --collect DIR      # copy the JSONs an allocation wrote into docs/results/gpu/
 
 Each job writes ONE JSON ``OUT/<job>.json``: the device (name, driver, memory, torch / CUDA versions, cores), the
-git commit (or ``$MOQUAD_COMMIT``), the hash of the code (``moquad/`` and the two benchmark scripts), the command,
-the date, every figure, the seconds of each step and ``status`` (``done``, or ``partial`` when the budget ran out:
-the figures finished so far, and what is left). Before each step the remaining budget is checked against the
-step's estimate; a job that cannot fit is not started. Without ``--jobs`` it runs the jobs not yet done for this
-code (a ``done`` JSON with this code hash, device kind and size in OUT or docs/gpu/); named jobs always run.
+git commit (or ``$MOQUAD_COMMIT`` where the copy of the code has no ``.git``), the hash of the code (``moquad/`` and
+the two benchmark scripts), the command, the machine and its load, the date, every figure, the seconds of each step
+and ``status`` (``done``, or ``partial`` when the budget ran out: the figures finished so far, and what is left).
+Before each step the remaining budget is checked against the step's estimate; a job that cannot fit is not started.
+Without ``--jobs`` it runs the jobs not yet done for this code (a ``done`` JSON with this code hash, device kind and
+size in OUT or docs/results/gpu/); named jobs always run, so a preempted or timed-out allocation loses at most the
+job it was in.
 
 Jobs (``JOBS``; sizes in ``SIZES``, ``--tiny``: toy sizes for the CPU dry run of tests/test_gpu_campaign.py):
 
@@ -24,7 +28,7 @@ Jobs (``JOBS``; sizes in ``SIZES``, ``--tiny``: toy sizes for the CPU dry run of
   CPU demo's recipe (train/cpu_demo.yaml; lr 3.2 at batch 256 and the paper's head), then weighted kNN and the
   fast linear probe. ``random`` is the untrained network. One method per job: on an H100 MoQuad alone is ~330 s
   of steps (5.06 ms/video), the base ~170 s, so base and MoQuad together (~500 s of steps, plus rendering and
-  evaluation) do not fit a 540 s call with margin; each job renders the same videos again (deterministic).
+  evaluation) do not fit a 540 s budget with margin; each job renders the same videos again (deterministic).
   ``--jobs ladder``: random, simclr, moquad (and moco, moco_moquad when the METHODS table has them) on
   directions, seed 0.
 """
@@ -50,11 +54,14 @@ import sys
 import time
 from pathlib import Path
 
+from record import commit, machine
+
 HERE = Path(__file__).resolve().parent  # this folder: the GPU benchmark and the ladder, imported by name
 ROOT = HERE.parent
-DOCS = ROOT / "docs" / "gpu"
-# import name -> the wheel the GPU machines' image lacks (docs/gpu.md: KINDS.md's package list; pylance 0.20 as its
-# wheel is 33 MB where 14.x is 85 MB, over a device call's 64 MiB; 0.20 lacks only the IVF_FLAT ANN index)
+DOCS = ROOT / "docs" / "results" / "gpu"
+# import name -> the wheel a bare GPU image (Python 3.12 and torch only) lacks; pylance 0.20 because its wheel is
+# 33 MB where 14.x's is 85 MB, for a machine that receives the wheels with the code; 0.20 lacks only the IVF_FLAT
+# ANN index, which the campaign does not use
 WHEELS = {"simplejpeg": "simplejpeg==1.9.0", "ffmpeg": "ffmpeg-python==0.2.0", "future": "future==1.0.0",
           "webdataset": "webdataset==1.0.2", "braceexpand": "braceexpand==0.1.7", "lance": "pylance==0.20.0"}
 DOWNLOAD = ("python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "
@@ -144,16 +151,6 @@ def code_hash() -> str:
     for p in [*files, HERE / "bench_gpu.py", Path(__file__).resolve()]:
         h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:12]
-
-
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
-        if out.returncode == 0:
-            return out.stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return os.environ.get("MOQUAD_COMMIT")  # a device call's copy of the tree may come without .git
 
 
 def device_info(device: str) -> dict:
@@ -571,7 +568,7 @@ def job_ladder(job: Job) -> None:
     if method not in ladder_methods():
         raise ValueError(f"{job.name}: unknown method {method!r}; choose one of {', '.join(ladder_methods())}")
     key = f"{family}-s{seed}-{'tiny' if job.args.tiny else 'gpu'}"
-    data = Path(job.args.work) / "ladder-data" / key  # shared by the ladder jobs of one call
+    data = Path(job.args.work) / "ladder-data" / key  # shared by the ladder jobs of one run
     if (data / "render.json").is_file():
         job.figures["data"] = json.loads((data / "render.json").read_text())
     else:
@@ -653,8 +650,9 @@ def campaign(args: argparse.Namespace) -> int:
     deadline = t_start + args.budget_s
     missing = ensure_wheels()
     code = code_hash()
-    base = {"device": device_info(args.device), "commit": git_commit(), "code_hash": code,
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "missing_modules": missing,
+    base = {"device": device_info(args.device), **commit(), "code_hash": code, "machine": machine(),
+            "load": [round(x, 2) for x in os.getloadavg()],
+            "command": " ".join(["python", "experiments/gpu_campaign.py", *sys.argv[1:]]), "missing_modules": missing,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     print(f"campaign: {base['device'].get('name')}, torch {base['device']['torch']}, code {code}, "
           f"budget {args.budget_s:.0f} s", flush=True)
@@ -662,11 +660,12 @@ def campaign(args: argparse.Namespace) -> int:
     names = expand(args.jobs.split(",")) if args.jobs else \
         [n for n in expand(["paths", "decode", "ladder"]) if not is_done(n, args, code)]
     if not names:
-        print("campaign: every job is done for this code (docs/gpu/); name jobs with --jobs to run them again")
+        print("campaign: every job is done for this code (docs/results/gpu/); name jobs with --jobs to run them again")
     for name in names:
         left = deadline - time.time()
         if left < estimate(name, sizes):
-            print(f"campaign: skipped {name}: needs ~{estimate(name, sizes):.0f} s, {left:.0f} s left (next call)")
+            print(f"campaign: skipped {name}: needs ~{estimate(name, sizes):.0f} s, {left:.0f} s left (the next run "
+                  "takes it)")
             continue
         job, t0 = Job(name, args, deadline), time.time()
         try:
@@ -684,7 +683,7 @@ def campaign(args: argparse.Namespace) -> int:
 
 
 def collect(src: str) -> int:
-    """Copy a device call's campaign JSONs (what came back from its $OUT) into docs/gpu/."""
+    """Copy the campaign JSONs an allocation wrote (its ``--out`` folder, copied back) into docs/results/gpu/."""
     files = sorted(Path(src).glob("*.json"))
     DOCS.mkdir(parents=True, exist_ok=True)
     for f in files:
@@ -699,15 +698,17 @@ def collect(src: str) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--budget-s", type=float, default=540.0, help="seconds this call may use (a job is not started "
-                    "when its estimate does not fit; a step is not started when its own does not)")
+    ap.add_argument("--budget-s", type=float, default=540.0, help="seconds this run may use: the allocation's time "
+                    "limit less its start-up and the copy back (a job is not started when its estimate does not fit; "
+                    "a step is not started when its own does not)")
     ap.add_argument("--jobs", default="", help="comma list: paths, decode, ladder, ladder-<family>-s<seed>[-<method>]"
                     " (default: every job not yet done for this code)")
     ap.add_argument("--device", default=None, choices=("cuda", "cpu"), help="default: cuda when available")
     ap.add_argument("--tiny", action="store_true", help="toy sizes: the CPU dry run of the test suite")
-    ap.add_argument("--out", default=str(DOCS), help="folder of the JSONs ($OUT on a device call)")
+    ap.add_argument("--out", default=str(DOCS), help="folder of the JSONs (default docs/results/gpu; on a remote "
+                    "machine, a folder you copy back)")
     ap.add_argument("--work", default="/tmp/moquad_campaign", help="scratch folder (data, runs)")
-    ap.add_argument("--collect", default=None, metavar="DIR", help="only copy DIR/*.json into docs/gpu/")
+    ap.add_argument("--collect", default=None, metavar="DIR", help="only copy DIR/*.json into docs/results/gpu/")
     ap.add_argument("--download-command", action="store_true", help="print the command that downloads the wheels")
     ap.add_argument("--step-estimate-scale", type=float, default=1.0, help="multiply every step's time estimate "
                     "(the budget test sets it high: the first step cannot fit, whatever the machine's load)")

@@ -7,7 +7,9 @@ the frozen features three ways (``eval/cpu_demo.yaml``: retrieval hit@1, DINO we
 probe's top-1), exactly as ``moquad quickstart`` does. ``random`` is the untrained network; ``supervised`` trains
 the same backbone and clip on the labels from random init (``moquad finetune --init random`` with the demo's
 fine-tuning settings) and reports its test top-1 in every column. One JSON line per (family, seed, variant) in
-``OUT/results.jsonl``; finished lines are skipped, so a cut run continues. ``--table`` prints mean +- std.
+``OUT/results.jsonl``, with the command, the machine, the date and the commit of its run (``record.provenance``);
+finished lines are skipped, so a cut run continues. ``--table`` prints mean +- std. The docs render their ladder
+tables from such a file (``docs/results/*.jsonl``).
 
     python experiments/motion_ladder.py --out runs/ladder --families types directions --seeds 0 \\
         --variants base paper reverse speed+reverse
@@ -16,7 +18,7 @@ fine-tuning settings) and reports its test top-1 in every column. One JSON line 
     python experiments/motion_ladder.py --out runs/ladder --compare base:paper moco:moco_moquad   # paired gains
     python experiments/motion_ladder.py --out runs/methods --families types directions --seeds 0 \
         --variants random supervised base paper moco moco_moquad moco+ad_pos moco+ad_pos+intra_neg base@b8 \
-        paper@b8 moco@b8 moco_moquad@b8                                   # the two bases (docs/methods.md)
+        paper@b8 moco@b8 moco_moquad@b8                                   # the two bases (docs/guides/methods.md)
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import math
 import statistics
 import time
 from pathlib import Path
+
+from record import provenance
 
 from moquad import config as C
 from moquad import settings
@@ -50,7 +54,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "speed+reverse+shared+diff": ("moquad", ["loader.motion_ops=speed,reverse", "loader.flip=shared",
                                              "model_input=diff"]),
     "base+shared+diff": ("simclr", ["loader.flip=shared", "model_input=diff"]),
-    # the momentum base (moquad.train.momentum; docs/methods.md): MoCo, its Table 4 rungs, MoQuad on it; queue 128
+    # the momentum base (moquad.train.momentum; docs/guides/methods.md): MoCo, its Table 4 rungs, MoQuad on it; queue 128
     # keys (about half a demo train split), m0 0.99; "@b8": the same at global batch 8, where a queue should matter
     "moco": ("moco", ["loader.flip=independent", "queue_size=128"]),
     "moco+ad_pos": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", "queue_size=128",
@@ -323,7 +327,8 @@ def main() -> None:
                     run = out / "runs" / family / f"seed{seed}" / variant
                     res = supervised(shards, run, seed) if variant == "supervised" else \
                         run_variant(shards, run, variant, seed, args.epochs)
-                    row = {"family": family, "seed": seed, "variant": variant, **res, "seconds": time.time() - t0}
+                    row = {"family": family, "seed": seed, "variant": variant, **res, "seconds": time.time() - t0,
+                           **provenance()}
                     with path.open("a") as f:
                         f.write(json.dumps(row) + "\n")
                     print(json.dumps(row), flush=True)

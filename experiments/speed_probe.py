@@ -6,6 +6,8 @@ motion either. This trains the backbone + a linear head to predict each clip's d
 (from the loader's own clips, augmentation included, RAD off) and prints held-out accuracy.
 
     python experiments/speed_probe.py DATA --frames 8 --size 48 --width 32 --epochs 30
+
+The held-out accuracies go to ``docs/results/speed_probe.json`` (``--record``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 
 import numpy as np
 import torch
+from record import Record, add_argument
 from torch import nn
 
 from moquad import config as C
@@ -40,7 +43,10 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=32, help="TinyNet width")
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--batch", type=int, default=16)
+    add_argument(ap, "speed_probe")
     args = ap.parse_args()
+    rec = Record("speed_probe")
+    rows = []
     torch.manual_seed(0)
     cfg = C.update(C.LoaderConfig(), dict(frames=args.frames, size=args.size, workers=1,
                                           color_jitter=0.0, grayscale=0.0, crop_scale=(0.6, 1.0),
@@ -66,6 +72,11 @@ def main() -> None:
                                              num_batches=2)]
             model.train()
             print(f"epoch {epoch + 1:3d}  train loss {loss.item():.3f}  held-out dilation accuracy {np.mean(accs):.3f}")
+            rows.append([epoch + 1, f"{loss.item():.3f}", f"{np.mean(accs):.3f}"])
+    rec.figures.update(dilations=list(cfg.dilations), chance=1 / len(classes))
+    rec.table("accuracy", ["epoch", "train loss", "held-out dilation accuracy"], rows, show=False,
+              title=f"A supervised probe of the playback speed, dilations {tuple(cfg.dilations)}")
+    rec.write(args.record)
 
 
 if __name__ == "__main__":

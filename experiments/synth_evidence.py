@@ -11,7 +11,8 @@ DINO's weighted kNN top-1 and the fast linear probe's top-1. Prints mean +- std 
     python experiments/synth_evidence.py --out runs/evidence                    # both families, seeds 0 1 2
     python experiments/synth_evidence.py --out runs/ev --kinds directions --seeds 0 --epochs 120
 
-The settings are the quickstart's (``train/cpu_demo.yaml`` and ``eval/cpu_demo.yaml``).
+The settings are the quickstart's (``train/cpu_demo.yaml`` and ``eval/cpu_demo.yaml``). The table and every run's
+figures also go to ``docs/results/synth_evidence.json`` (``--record``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import argparse
 import json
 import statistics
 from pathlib import Path
+
+from record import Record, add_argument
 
 from moquad.quickstart import METRICS, quickstart
 from moquad.train.log import read_log
@@ -67,7 +70,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=None, help="default: the quickstart's")
     ap.add_argument("--per-class", type=int, default=100)
     ap.add_argument("--backbone", default=None, help="default: the quickstart's (tiny)")
+    add_argument(ap, "synth_evidence")
     args = ap.parse_args()
+    rec = Record("synth_evidence")
     out = Path(args.out)
     results: dict[str, dict[str, dict[str, list[float]]]] = {}
     for kind in args.kinds:
@@ -84,6 +89,14 @@ def main() -> None:
     (out / "evidence.json").write_text(json.dumps({"seeds": args.seeds, "results": results}, indent=2))
     (out / "evidence.md").write_text(text + "\n")
     print(f"wrote {out / 'evidence.json'}, {out / 'evidence.md'} and {out}/ranks_*.png")
+    rec.figures.update(seeds=args.seeds, results=results)
+    rec.table("evidence", ["family", "method", "seeds", *METRICS.values()],
+              [[kind, method, len(args.seeds), *(f"{statistics.mean(100 * x for x in vals[m]):.1f} ± "
+                                                 f"{statistics.stdev(100 * x for x in vals[m]) if len(vals[m]) > 1 else 0:.1f}"
+                                                 for m in METRICS)]
+               for kind, methods in results.items() for method, vals in methods.items()], align="llrrrr", show=False,
+              title="Mean ± std over seeds (%)")
+    rec.write(args.record)
 
 
 if __name__ == "__main__":

@@ -118,7 +118,7 @@ def _ratios(text: str) -> tuple[float, ...]:
 PREPROCESS_FLAGS = (
     Flag("dataset", argument=True), Flag("root", argument=True), Flag("out", decls=("--out", "-o"), required=True),
     RECIPE,
-    # --split, its name until issue 35, stays as a hidden alias: --split elsewhere names a manifest split
+    # --split, its earlier name, stays as a hidden alias: --split elsewhere names a manifest split
     Flag("official_split", alias="--split", help="Which official train/test split of " + ", ".join(_OFFICIAL)
          + ". One of: " + ", ".join(map(str, sorted({n for s in _OFFICIAL.values() for n in s}))) + "."),
     *map(Flag, ("short_side", "fps", "jpeg_quality", "shard_size", "workers", "num_parts", "part", "limit", "seed")),

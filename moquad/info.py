@@ -25,7 +25,7 @@ from moquad.preprocess.manifest import write_json
 
 PERCENTILES = (0, 10, 25, 50, 75, 90, 100)
 SPLIT_ORDER = ("train", "val", "test")
-# documented reason prefixes (docs/manifest_schema.md); others are grouped by the text before ':'
+# documented reason prefixes (docs/reference/manifest_schema.md); others are grouped by the text before ':'
 REASON_KINDS = ("missing", "unreadable", "truncated", "audio-only", "no video stream", "zero frames",
                 "wrong extension", "undecodable", "ffmpeg failed", "ffmpeg timed out", "ffmpeg returned",
                 "duplicate", "invalid frame size", "internal error", "crashed the decoder", "corrupt JPEG")

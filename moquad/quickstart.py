@@ -132,8 +132,8 @@ def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per
     console.rule("[bold]5/5 motion report: arrow of time, speed, mirror, appearance share of the same networks")
     _motion(console, shards, checkpoints, out / "motion")
     console.print(f"done in {time.time() - t0:.0f} s. Read the Fig. 4 curves (moquad/curves.png): MoQuad learns motion "
-                  "once its Intra-Negs (the same video at another speed) rank far below its AD-Pos; see README, "
-                  "'Synthetic evidence'.")
+                  "once its Intra-Negs (the same video at another speed) rank far below its AD-Pos; the docs' Evidence "
+                  "page (docs/results/evidence.md) says what the demo shows.")
     return results
 
 

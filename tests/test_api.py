@@ -1,4 +1,4 @@
-"""The public API (``moquad/__init__.py``): lazy, complete, documented; and docs/python.md's code, executed."""
+"""The public API (``moquad/__init__.py``): lazy, complete, documented; and docs/guides/python.md's code, executed."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import moquad
 
 ROOT = Path(__file__).resolve().parents[1]
-PYTHON_PAGE = ROOT / "docs" / "python.md"
+PYTHON_PAGE = ROOT / "docs" / "guides" / "python.md"
 
 
 def test_import_moquad_loads_no_torch():
@@ -87,14 +87,14 @@ def _toy_dataset(root: Path) -> Path:
 
 
 def test_the_python_page_runs(tmp_path, monkeypatch, capsys):
-    """docs/python.md's training loop (warm-up then quadruples) and its evaluation of the same network, executed
+    """docs/guides/python.md's training loop (warm-up then quadruples) and its evaluation of the same network, executed
     at toy size on a small dataset: the page's code is the code that works."""
     blocks = python_blocks(PYTHON_PAGE)
     loop, evaluate = blocks[0], blocks[2]
     settings = {'DATA = "data/shards/ucf101"': f'DATA = {str(_toy_dataset(tmp_path))!r}',
                 "EPOCHS, BATCH, FRAMES, SIZE, WORKERS = 20, 32, 16, 112, 4": "EPOCHS, BATCH, FRAMES, SIZE, WORKERS = 3, 4, 4, 16, 0"}
     for old, new in settings.items():
-        assert old in loop, f"docs/python.md changed: update this test's settings ({old})"
+        assert old in loop, f"docs/guides/python.md changed: update this test's settings ({old})"
         loop = loop.replace(old, new)
     evaluate = evaluate.replace("num_clips=10)", "num_clips=2, workers=0, device='cpu')")
     monkeypatch.chdir(tmp_path)
@@ -194,7 +194,7 @@ def test_every_setting_of_the_public_configs_has_help():
 
 
 def test_the_python_page_covers_every_public_name():
-    """docs/python.md's task table names every public name (``moquad.NAME``): the page a user writes code from."""
+    """docs/guides/python.md's task table names every public name (``moquad.NAME``): the page a user writes code from."""
     page = PYTHON_PAGE.read_text()
     missing = [name for name in moquad.__all__ if f"moquad.{name}" not in page]
     assert not missing, missing
@@ -205,7 +205,7 @@ def test_the_python_pages_data_section_runs(tmp_path, monkeypatch, capsys):
     block = python_blocks(PYTHON_PAGE)[4]
     for old, new in {"classes=4, per_class=8, size=64, frames=48": "classes=2, per_class=3, size=32, frames=16",
                      "short_side=128, workers=4": "short_side=32, workers=1"}.items():
-        assert old in block, f"docs/python.md changed: update this test's settings ({old})"
+        assert old in block, f"docs/guides/python.md changed: update this test's settings ({old})"
         block = block.replace(old, new)
     monkeypatch.chdir(tmp_path)
     exec(compile(block, str(PYTHON_PAGE), "exec"), {"__name__": "python_page"})  # noqa: S102

@@ -1,11 +1,13 @@
 """benchmarks/bench_decoders.py: its ``--tiny`` run (a subprocess: torchcodec needs FFmpeg on LD_LIBRARY_PATH, which
-only a fresh process reads) prints the table, and every source builds the quadruples from the same frames."""
+only a fresh process reads) prints the table and records it, and every source builds the quadruples from the same
+frames."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -20,28 +22,34 @@ PEERS = {"torchcodec": "torchcodec", "decord2": "decord"}  # row name -> module
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """The smoke run: 8 copies of a 1 s clip, one epoch, every installed source; its stdout and JSON."""
+    """The smoke run: 8 copies of a 1 s clip, one epoch, every installed source; its stdout, JSON and record."""
     if REAL is None:
         pytest.skip("real clips (../shared/data/real-videos) not found")
     out = tmp_path_factory.mktemp("bench_decoders")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_decoders.py"), "--tiny", "--cache",
-                          str(out / "cache"), "--json", str(out / "r.json")], env=env, capture_output=True, text=True,
-                         timeout=600)
+                          str(out / "cache"), "--json", str(out / "r.json"), "--record", str(out / "record.json")],
+                         env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    return run.stdout, json.loads((out / "r.json").read_text())
+    return run.stdout, json.loads((out / "r.json").read_text()), json.loads((out / "record.json").read_text())
 
 
-def test_tiny_prints_the_table(tiny):
-    stdout, res = tiny
+def test_tiny_prints_and_records_the_table(tiny):
+    stdout, res, record = tiny
     rate = res["tiny"]["rate"]
     assert res["tiny"]["quads"] == 8 and set(rate) >= {"shards", "PyAV", "decode bound"}
     assert all(len(v) == 1 and v[0] > 0 for v in rate.values())
-    for name in rate:
-        assert f"| {name} |" in stdout
+    table = record["tables"]["tiny"]
+    assert table["columns"][:2] == ["source", "quadruples / CPU s"]
+    for name in rate:  # each source a row of the record, its rate as printed, and on the terminal
+        row = next(r for r in table["rows"] if r[0] == name)
+        assert row[1] == f"{statistics.median(rate[name]):.1f}" and f"| {name} " in stdout
+    assert record["command"].startswith("python benchmarks/bench_decoders.py --tiny") and "--record" not in \
+        record["command"]
     by = res["tiny"]["bytes"]
     assert by["payload"] >= by["frames"] > 0 and by["read"] >= by["payload"]  # read = payloads + RAD donors
-    assert "pays for itself after" in stdout and res["tiny"]["preprocess_cpu_per_video"] > 0
+    notes = " ".join(record["tables"]["tiny_bytes"]["notes"])
+    assert "pays for itself" in notes and res["tiny"]["preprocess_cpu_per_video"] > 0
 
 
 @pytest.mark.parametrize("peer", ["PyAV", *PEERS])
@@ -50,7 +58,7 @@ def test_same_frames_as_the_shards(tiny, peer):
     and the seek-by-index decoders bit-equal at full size (the same frames of the same h264 stream)."""
     if peer in PEERS and importlib.util.find_spec(PEERS[peer]) is None:
         pytest.skip(f"{peer} not installed (pip install -e '.[bench]')")
-    _, res = tiny
+    _, res, _ = tiny
     if res["status"].get(peer):
         pytest.skip(f"{peer} cannot decode here: {res['status'][peer]}")
     check = res["tiny"]["check"][peer]

@@ -163,7 +163,7 @@ def test_recipe_by_name_and_split_flag(tmp_path):
     assert got == C.to_dict(want)  # eval's cpu_demo (the name is in two stages: the command picks its own)
     got = printed_config("preprocess", "hmdb51", tmp_path, "--out", tmp_path / "o", "--official-split", 2)
     assert got["official_split"] == 2 and "split" not in got
-    # --split, the flag's name before issue 35, still works but is hidden: --split names a manifest split elsewhere
+    # --split, the flag's earlier name, still works but is hidden: --split names a manifest split elsewhere
     got = printed_config("preprocess", "hmdb51", tmp_path, "--out", tmp_path / "o", "--split", 3)
     assert got["official_split"] == 3
     assert "--split " not in runner.invoke(app, ["preprocess", "--help"], terminal_width=200).output
@@ -216,7 +216,7 @@ def test_help_shows_the_config_default_and_restates_none(kind, command):
     assert checked >= {"pretrain": 20, "preprocess": 10}.get(command, 8)
 
 
-# ----------------------------------------------------------------------------- one flag mechanism (issue 35)
+# ----------------------------------------------------------------------------- one flag mechanism
 
 
 def _config_commands():
@@ -366,7 +366,7 @@ def tiny_data(tmp_path_factory):
      "train/cpu_demo.yaml is a pre-training recipe (for `moquad pretrain`), not an evaluation recipe"),
 ])
 def test_error_lines_point_to_the_fix(tiny_data, tmp_path, case, args, message):
-    """The mistakes a new user makes (issue 41): the raw video folder or the shards/ folder as --data, torchvision
+    """The mistakes a new user makes: the raw video folder or the shards/ folder as --data, torchvision
     weights without ARCH:, a recipe of another stage: one line that names the fix, exit code 2, no output."""
     import torch
 

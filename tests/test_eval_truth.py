@@ -1,4 +1,4 @@
-"""Evaluation tests what was trained, and its results cannot go stale (issue 41, items 1 and 2).
+"""Evaluation tests what was trained, and its results cannot go stale.
 
 A tiny checkpoint pre-trained at 8 frames x 32 px (dilations 1 and 4) is evaluated without clip settings: every
 protocol runs at 8 x 32 and its result says so; an explicit setting that differs prints ONE warning line naming

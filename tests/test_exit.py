@@ -1,4 +1,4 @@
-"""Ending cleanly at exit (issue 30): Arrow never holds the last reference to a Python object.
+"""Ending cleanly at exit: Arrow never holds the last reference to a Python object.
 
 The abort it prevents: ``moquad extract`` printed its ``error:`` line, then ``terminate called without an active
 exception`` and died of SIGABRT. The core dump showed an Arrow pool thread finishing a Parquet scan of

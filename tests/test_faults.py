@@ -1,4 +1,4 @@
-"""Bad input and faults as a new user meets them (issue 12), each through the CLI in a subprocess.
+"""Bad input and faults as a new user meets them, each through the CLI in a subprocess.
 
 Every expected failure prints ONE ``error:`` line, exits 2 and leaves nothing half-written; a bug
 keeps its traceback. Disk-full cases monkeypatch the write inside a small driver process, so the

@@ -1,4 +1,4 @@
-"""Issue 17: splits for folder datasets (``--split-ratios``, ``--group-by``), through the CLI."""
+"""Splits for folder datasets (``--split-ratios``, ``--group-by``), through the CLI."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The GPU campaign's CPU dry run (experiments/gpu_campaign.py --device cpu --tiny): every job at toy size, the
-JSON records' schema and values, the budget cut-off, the rule that skips jobs done for this code, and the docs
-page rendered from the records (experiments/render_gpu_docs.py)."""
+JSON records' schema and values, the budget cut-off, the rule that skips jobs done for this code, and the tables the
+docs render from the records (docs/results_pages.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # ~20 subprocesses (each CLI command end to end); measured time in docs/gpu-campaign.md
+pytestmark = pytest.mark.slow  # ~20 subprocesses (each CLI command end to end); its cost: the GPU campaign page
 ROOT = Path(__file__).resolve().parents[1]
 # the dry run's jobs: every job kind, and two methods of one ladder family and seed (the base's job is the same code)
 DRY_JOBS = ["paths", "decode", "ladder-directions-s0-random", "ladder-directions-s0-moquad"]
@@ -129,26 +129,29 @@ def test_collect_copies_records_and_refuses_an_empty_folder(tmp_path, monkeypatc
     assert json.loads((tmp_path / "docs" / "paths.json").read_text()) == {"job": "paths"}
 
 
-def test_render_gpu_docs_from_the_records(dry_run, tmp_path):
-    import gpu_campaign
-    import render_gpu_docs
+def results_pages():
+    """docs/results_pages.py, the docs' renderer of results records (a file of the docs folder, loaded by path)."""
+    import importlib.util
 
+    spec = importlib.util.spec_from_file_location("results_pages", ROOT / "docs" / "results_pages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_render_the_gpu_records(dry_run, tmp_path):
+    pages = results_pages()
     out, _ = dry_run
-    earlier = [ROOT / "docs" / n for n in render_gpu_docs.EARLIER]
-    page = render_gpu_docs.render(out, earlier)  # CPU dry runs are not GPU results
-    assert "Campaign jobs not yet run on a GPU: paths, decode, ladder-directions-s0-random, " \
-        "ladder-directions-s0-simclr, ladder-directions-s0-moquad" in page
-    assert "NVIDIA H200, torch 2.11.0+cu130, 2026-11-27" in page and "| 944 |" in page  # the earlier H200 run
-    # the same records as if from a GPU: their tables appear, and the job leaves the "not yet run" list
+    assert pages.gpu_campaign(str(out)) == "No campaign job has a GPU record yet."  # CPU dry runs are no GPU results
+    # the same records as if from a GPU: each job's tables, with where and when
     for p in out.glob("*.json"):
         r = json.loads(p.read_text())
-        r["device"].update(kind="cuda", name="NVIDIA H200", driver="580.159.04")
+        r["device"].update(kind="cuda", name="NVIDIA H200", driver="580.159.04", cpu_cores=16)
         (tmp_path / p.name).write_text(json.dumps(r))
-    page = render_gpu_docs.render(tmp_path, earlier)
-    todo = [j for j in gpu_campaign.expand(["paths", "decode", "ladder"]) if j not in DRY_JOBS]
-    assert f"Campaign jobs not yet run on a GPU: {', '.join(todo)}." in page
+    page = pages.gpu_campaign(str(tmp_path))
     steps = records(out)["paths"]["figures"]["steps"][0]
     assert f"| {steps['backbone']} | 8x32² | 2 | {steps['simclr_ms_per_video']:.2f} |" in page
     knn = records(out)["ladder-directions-s0-moquad"]["figures"]["eval"]["knn_top1"]
     assert "| directions | 0 | moquad |" in page and f"{knn:.3f}" in page
-    assert "### decode: NVIDIA H200 (driver 580.159.04" in page
+    assert "### decode\n\n*Measured by `python experiments/gpu_campaign.py --device cpu --tiny" in page
+    assert "on NVIDIA H200 (16 CPU cores)" in page

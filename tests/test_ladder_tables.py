@@ -1,4 +1,4 @@
-"""The ladder's summaries (experiments/motion_ladder.py): the paired gains behind docs/methods.md's evidence and
+"""The ladder's summaries (experiments/motion_ladder.py): the paired gains behind docs/guides/methods.md's evidence and
 the mean +- std table, against values worked out by hand."""
 
 from __future__ import annotations

@@ -340,7 +340,7 @@ def test_real_shards_give_the_manifest_frames_and_cross_shard_donors(preprocesse
             donors = [d for ids in b["info"][i]["donor_ids"] for d in ids]
             assert donors and vid not in donors  # never the sample's own video
             # other shards first: a mosaic uses its own shard's videos only once every other-shard video is in
-            # it (a split this small, <= k*k + 1 videos, is the whole donor pool; issue 24: distinct donors)
+            # it (a split this small, <= k*k + 1 videos, is the whole donor pool: distinct donors)
             assert len(split) <= cfg.rad_k ** 2 + 1
             elsewhere = {str(v) for v, s in zip(split.video_id, split.shard) if s != split.shard[r]}
             for ids in b["info"][i]["donor_ids"]:

@@ -1,4 +1,4 @@
-"""Issue 12, preprocess rows, through the CLI in a subprocess: CSV list mode, a symlink loop in a
+"""Bad input to preprocess, through the CLI in a subprocess: CSV list mode, a symlink loop in a
 folder dataset, a full or read-only disk (one ``error:`` line, rc 2, nothing half-written, resume)."""
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def test_quickstart_writes_comparison(tmp_path):
     assert list(motion["encoders"]) == ["random init", "simclr", "moquad"] and motion["data"]["split"] == "test"
     assert all(0.0 <= r["appearance_share"] <= 1.0 + 1e-9 for r in motion["encoders"].values())
     assert (tmp_path / "qs" / "motion" / "motion.png").stat().st_size > 20000
-    for method in ("simclr", "moquad"):  # a finished run's checkpoint says so (issue 16: _finished was off by one)
+    for method in ("simclr", "moquad"):  # a finished run's checkpoint says so (_finished counts its last epoch)
         last = tmp_path / "qs" / method / "checkpoints" / "last.pt"
         assert checkpoint.load(last)["epoch"] == 2 and _finished(last, 2) and not _finished(last, 3)
     untrained = checkpoint.load(tmp_path / "qs" / "random" / "checkpoints" / "last.pt")  # the floor: not resumable

@@ -281,7 +281,7 @@ def test_nearest_cuts_give_exact_sets_at_each_cut():
 
 def test_table_marks_capped_hit_at_k(tmp_path):
     """k >= the gallery size retrieves every gallery video: hit@k is 100 % by construction, and the printed table and
-    the .txt say so (issue 41: hit@20 = 100 % against a 13-video gallery read as a result)."""
+    the .txt say so (hit@20 = 100 % against a 13-video gallery is no result)."""
     from rich.console import Console
 
     from moquad.config import EvalConfig

@@ -1,6 +1,6 @@
 """The one reader of the on-disk format: ``dataset.json``, the manifests, a sample's bytes and frames.
 
-Written by ``moquad preprocess`` (schema in ``docs/manifest_schema.md``); read here by the loader,
+Written by ``moquad preprocess`` (schema in ``docs/reference/manifest_schema.md``); read here by the loader,
 feature extraction, the linear probe, fine-tuning, ``cam``, ``info`` and ``verify``.
 
 A :class:`Split` holds one split's manifest as flat numpy arrays without Python objects (forked DataLoader

@@ -1,4 +1,4 @@
-"""Manifest schema (docs/manifest_schema.md), atomic Parquet I/O, readers and ``verify``.
+"""Manifest schema (docs/reference/manifest_schema.md), atomic Parquet I/O, readers and ``verify``.
 
 Per-part progress lives in ``DIR/manifests/_parts/``: one record per committed shard
 (``{split}-{part:03d}-{n:06d}.parquet``), that shard's error rows (``errors-{split}-{part:03d}-{n:06d}.parquet``),
