@@ -253,8 +253,9 @@ def _torchvision_load(name: str, _config: Any) -> Loaded:
         net, info = ENCODERS["torchvision"](Path(weights), arch)
         info["weights"] = str(Path(weights).resolve())
     else:
+        known = ", ".join([w.name for w in enum] + ["DEFAULT"])
         raise MoquadError(f"torchvision:{name}: {weights} is neither a file nor a name of torchvision's {arch} "
-                          f"weights ({', '.join(enum.__members__)}, DEFAULT)")
+                          f"weights ({known})")
     clip, norm = _torchvision_clip_norm(arch, ref)
     return Loaded(net, clip, norm, int(net.out_dim), info)
 
