@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from moquad.config import (
+    AttentiveConfig,
     ConfigError,
     EvalConfig,
     FinetuneConfig,
@@ -53,6 +54,7 @@ CHOICES: dict[tuple[type, str], Mapping[str, Any]] = {
     (PretrainConfig, "optimizer"): OPTIMIZERS,
     (LinearConfig, "optimizer"): OPTIMIZERS,
     (FinetuneConfig, "optimizer"): OPTIMIZERS,
+    (AttentiveConfig, "optimizer"): OPTIMIZERS,
 }
 
 
