@@ -22,9 +22,8 @@ The pooled feature of each family, and why (the model's own classification head 
 
 - moquad / torchvision: the trunk's own pooled feature (global average pool; MViT: its class token).
 - V-JEPA 2: the mean of the encoder's output tokens (after its final LayerNorm). V-JEPA 2 has no class token; its
-  own video classifier (``VJEPA2ForVideoClassification``) trains an attentive pooler over exactly these tokens, so
-  the pool that needs no training is their average (V-JEPA compares its attentive probe with a linear probe on
-  average-pooled tokens).
+  own video classifier (``VJEPA2ForVideoClassification``) trains an attentive pooler over exactly these tokens
+  (:mod:`moquad.eval.attentive` is that probe), so the pool that needs no training is their average.
 - VideoMAE: the mean of the output tokens: ``VideoMAEForVideoClassification`` (``use_mean_pooling``, the
   fine-tuning recipe of the VideoMAE paper) classifies ``fc_norm(mean of tokens)``, and ``fc_norm`` belongs to
   that head, not to the encoder. VideoMAE has no class token.
