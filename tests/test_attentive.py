@@ -142,6 +142,20 @@ def test_predict_averages_softmax_over_crops():
     np.testing.assert_allclose(A.predict(clf, tok, batch_size=2), want, atol=1e-6)
 
 
+def test_tokens_are_standardised_with_the_training_tokens_stats():
+    """Per-channel mean / std of every training token (numpy's, float64), applied before the pooler: a token scale
+    (a random CNN's ~0.02) changes nothing the probe computes."""
+    rng = np.random.default_rng(0)
+    tok = (rng.normal(size=(10, 2, 6, 8)) * rng.uniform(0.01, 3, 8) + rng.normal(size=8)).astype(np.float32)
+    mean, std = A.token_stats(tok, chunk=3)
+    np.testing.assert_allclose(mean, tok.reshape(-1, 8).astype(np.float64).mean(0), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(std, tok.reshape(-1, 8).astype(np.float64).std(0) + 1e-6, rtol=1e-5)
+    y = np.arange(10) % 2
+    ac = C.AttentiveConfig(depth=2, heads=2, epochs=2, batch_size=4)
+    a, b = A.fit_attentive(tok, y, 2, ac, seed=0), A.fit_attentive(tok * 50, y, 2, ac, seed=0)
+    np.testing.assert_allclose(A.predict(a, tok), A.predict(b, tok * 50), atol=1e-5)
+
+
 def test_video_tokens_concatenate_a_crops_clips():
     class Grid(torch.nn.Module):
         """Tokens whose value says (view, position): view v (its pixels all v) gives tokens 100 v + p, p = 0..3."""

@@ -13,7 +13,10 @@ concatenates its temporal segments the same way); a training sample is one (vide
 softmax is averaged over a video's crops. Tokens: :meth:`moquad.eval.encoders.Encoder.tokens` (a transformer's last
 patch tokens, a CNN's last feature map), flattened. Training: AdamW (``cfg.attentive``), half-period cosine to 0
 without warm-up, cross-entropy; no augmentation (the tokens are computed once, as the fast linear probe's
-features). V-JEPA 2 trains a grid of 20 (lr, weight decay) probes and reports the best; moquad trains one.
+features), the tokens standardised per channel with the training tokens' mean and std (V-JEPA 2's encoders end in a
+LayerNorm; a CNN's map does not, and a random CNN's tokens are ~0.02 in scale: without this the pooler's
+self-attention blocks drown them). V-JEPA 2 trains a grid of 20 (lr, weight decay) probes and reports the best;
+moquad trains one.
 
 Tokens are kept in a float32 ``.npy`` per split under ``OUT/tokens/`` (memory-mapped while training).
 """
@@ -88,7 +91,9 @@ class CrossBlock(nn.Module):
 
 
 class AttentiveClassifier(nn.Module):
-    """Tokens (B, L, C) -> class logits (B, classes): V-JEPA 2's attentive pooler (one query) and a linear layer."""
+    """Tokens (B, L, C) -> class logits (B, classes): V-JEPA 2's attentive pooler (one query) and a linear layer.
+    The tokens are first standardised per channel (``shift`` / ``scale`` buffers: the training tokens' mean and
+    std, set by :func:`fit_attentive`; identity until then)."""
 
     def __init__(self, dim: int, classes: int, depth: int = 4, heads: int = 16, mlp_ratio: float = 4.0,
                  init_std: float = 0.02):
@@ -96,6 +101,8 @@ class AttentiveClassifier(nn.Module):
         if dim % heads:
             raise MoquadError(f"the attentive probe's heads ({heads}) must divide the token width ({dim}); set "
                               "attentive.heads (--set attentive.heads=N)")
+        self.register_buffer("shift", torch.zeros(dim))
+        self.register_buffer("scale", torch.ones(dim))
         self.query = nn.Parameter(torch.zeros(1, 1, dim))
         self.blocks = nn.ModuleList(SelfBlock(dim, heads, mlp_ratio) for _ in range(depth - 1))
         self.cross = CrossBlock(dim, heads, mlp_ratio)
@@ -113,6 +120,7 @@ class AttentiveClassifier(nn.Module):
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
         """Tokens (B, L, C) -> the query after the cross-attention block (B, C)."""
+        x = (x - self.shift) / self.scale
         for b in self.blocks:
             x = b(x)
         return self.cross(self.query.expand(len(x), -1, -1), x)[:, 0]
@@ -174,16 +182,32 @@ def extract_tokens(encoder: Encoder, split: Split, rows: np.ndarray, cfg: EvalCo
 # ----------------------------------------------------------------------------- training and testing
 
 
+def token_stats(tokens: np.ndarray, chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel mean and std (+1e-6) of ``tokens`` (..., C), in float64, read ``chunk`` videos at a time."""
+    dim = tokens.shape[-1]
+    total, sq, count = np.zeros(dim), np.zeros(dim), 0
+    for s in range(0, len(tokens), chunk):
+        x = np.asarray(tokens[s : s + chunk], dtype=np.float64).reshape(-1, dim)
+        total, sq, count = total + x.sum(0), sq + (x * x).sum(0), count + len(x)
+    mean = total / count
+    std = np.sqrt(np.maximum(sq / count - mean * mean, 0)) + 1e-6
+    return torch.as_tensor(mean, dtype=torch.float32), torch.as_tensor(std, dtype=torch.float32)
+
+
 def fit_attentive(tokens: np.ndarray, labels: np.ndarray, classes: int, ac: AttentiveConfig, seed: int,
                   device: torch.device | str = "cpu", show: bool = False) -> AttentiveClassifier:
-    """Train the attentive classifier on ``tokens`` (videos, crops, L, C) of videos labelled ``labels``: every
-    (video, crop) a sample, AdamW, half-period cosine to 0 per step, ``ac.epochs`` epochs of shuffled batches."""
+    """Train the attentive classifier on ``tokens`` (videos, crops, L, C) of videos labelled ``labels``: tokens
+    standardised per channel with their own mean / std (the linear probe standardises its features so: an encoder's
+    token scale, e.g. a random CNN's 0.02, must not decide what the pooler's blocks can add to it), every (video,
+    crop) a sample, AdamW, half-period cosine to 0 per step, ``ac.epochs`` epochs of shuffled batches."""
     from moquad.eval.linear import cosine
     from moquad.train.optimizers import make_optimizer
 
     torch.manual_seed(seed)
     n, crops = tokens.shape[:2]
-    clf = AttentiveClassifier(tokens.shape[-1], classes, ac.depth, ac.heads, ac.mlp_ratio).to(device)
+    clf = AttentiveClassifier(tokens.shape[-1], classes, ac.depth, ac.heads, ac.mlp_ratio)
+    clf.shift, clf.scale = token_stats(tokens)
+    clf = clf.to(device)
     opt = make_optimizer(clf, ac.optimizer, ac.lr, ac.weight_decay)
     gen = torch.Generator().manual_seed(seed)
     steps = math.ceil(n * crops / ac.batch_size)
@@ -231,7 +255,8 @@ def _protocol(cfg: EvalConfig, encoder: Encoder, length: int) -> dict[str, Any]:
                        "(moquad.eval.encoders)",
             "tokens": f"{cfg.num_clips} clips of {cfg.frames} frames at dilation {cfg.dilation}, {cfg.size} px; per "
                       f"crop the clips' tokens concatenated: {length} tokens; extracted once, eval mode, no grad",
-            "train": "every (video, crop) of the train split's test views a sample; no augmentation",
+            "train": "every (video, crop) of the train split's test views a sample; no augmentation; tokens "
+                     "standardised per channel with the train tokens' mean / std",
             "test": f"{cfg.num_clips} clips x {cfg.crops} crops: softmax averaged over crops",
             "pooler": f"1 query, {ac.depth - 1} self-attention block(s) + 1 cross-attention block, {ac.heads} "
                       f"heads, mlp ratio {ac.mlp_ratio}; linear classifier",
