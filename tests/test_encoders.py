@@ -346,3 +346,19 @@ def test_bad_hf_names_are_one_line_each(tmp_path, monkeypatch):
 def test_moquad_file_not_found_names_every_form(tmp_path):
     _one_line(str(tmp_path / "nope.pt"), "give RUN/checkpoints/last.pt, an exported .safetensors, "
                                          "torchvision:ARCH[:WEIGHTS] or hf:FOLDER_OR_HUB_NAME")
+
+
+def test_unreachable_downloads_are_one_line(monkeypatch):
+    """torchvision's named weights and a hub name, where the network is not reachable: what to do instead."""
+    import torch.hub
+
+    def offline(*_a, **_k):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(torch.hub, "load_state_dict_from_url", offline)
+    _one_line("torchvision:r3d_18:KINETICS400_V1", "cannot download https://download.pytorch.org/models/r3d_18-b3b3357e"
+              ".pth (OSError); download it where the network is reachable and pass torchvision:r3d_18:FILE.pth")
+    monkeypatch.setattr(T.AutoConfig, "from_pretrained", offline)
+    _one_line("hf:facebook/vjepa2-vitl-fpc64-256", "hf:facebook/vjepa2-vitl-fpc64-256: cannot read its config (network "
+              "is unreachable); download it where the hub is reachable (hf download facebook/vjepa2-vitl-fpc64-256 "
+              "--local-dir DIR) and pass hf:DIR")

@@ -89,10 +89,6 @@ class Clip:
             out.append(f"--size {self.size}")
         return out
 
-    def text(self) -> str:
-        """``16 x 224, frame step 4``: how a record names it."""
-        return f"{self.frames} x {self.size}" + (f", frame step {self.frame_step}" if self.frame_step else "")
-
 
 @dataclass(frozen=True)
 class Norm:
