@@ -11,9 +11,12 @@ the demo's test views (``eval/cpu_demo.yaml``: 5 clips of 8 frames at 32 px, 1 c
   fixed before any run (no selection on the test split).
 
 Prints top-1 per run and the mean +- std over seeds of the difference (attentive minus linear), writes
-``OUT/attentive_vs_linear.json``.
+``OUT/attentive_vs_linear.json``. ``--checkpoints`` evaluates given checkpoints instead (e.g. another run's trained
+networks) on ``--data``, the shards they were trained on.
 
     python benchmarks/attentive_vs_linear.py --out runs/probes --seeds 0 1 2
+    python benchmarks/attentive_vs_linear.py --out runs/probes-trained --data SHARDS --family types --seeds 0 \
+        --checkpoints moquad=RUN/checkpoints/last.pt
 """
 
 from __future__ import annotations
@@ -88,16 +91,21 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--per-class", type=int, default=100)
     ap.add_argument("--epochs", type=int, default=0, help="also pre-train MoQuad this long (0: random init only)")
+    ap.add_argument("--checkpoints", nargs="+", default=[], metavar="LABEL=PATH", help="evaluate these instead")
+    ap.add_argument("--data", type=Path, help="with --checkpoints: the shards they were trained on")
+    ap.add_argument("--family", default="given", help="with --checkpoints: the family's name in the table")
     args = ap.parse_args()
     rows = []
-    for kind in args.kinds:
-        for seed in args.seeds:
-            run = args.out / f"{kind}-{seed}"
-            shards = data(run / "data", kind, seed, args.per_class)
-            for name, ckpt in checkpoints(shards, run, seed, args.epochs).items():
-                res = probes(shards, ckpt, run / "eval" / name.replace(" ", "_"), seed)
-                rows.append({"family": kind, "seed": seed, "encoder": name, **res})
-                print(json.dumps(rows[-1]), flush=True)
+    jobs = ([(args.family, args.seeds[0], args.data, dict(c.split("=", 1) for c in args.checkpoints))]
+            if args.checkpoints else [(k, s, None, None) for k in args.kinds for s in args.seeds])
+    args.kinds = list(dict.fromkeys(j[0] for j in jobs))
+    for kind, seed, shards, given in jobs:
+        run = args.out / f"{kind}-{seed}"
+        shards = shards or data(run / "data", kind, seed, args.per_class)
+        for name, ckpt in (given or checkpoints(shards, run, seed, args.epochs)).items():
+            res = probes(shards, Path(ckpt), run / "eval" / name.replace(" ", "_"), seed)
+            rows.append({"family": kind, "seed": seed, "encoder": name, **res})
+            print(json.dumps(rows[-1]), flush=True)
     summary = {}
     for kind in args.kinds:
         for enc in dict.fromkeys(r["encoder"] for r in rows):
