@@ -29,10 +29,13 @@ from pathlib import Path
 
 from moquad import config as C
 
-# the attentive probes run (V-JEPA 2's pooler at a small-data budget): name -> EvalConfig.attentive settings
+# the attentive probes run (V-JEPA 2's pooler at a small-data budget): name -> EvalConfig.attentive settings. The
+# budget was chosen on a held-out quarter of ONE training split (types, seed 0, a trained tiny network), never on a
+# test split: 50 epochs (700 steps) underfit it (68 % of the fitted part, the linear probe 84 %); 200 epochs fit it
+# (100 %) and scored 67 % on the held-out quarter against the linear probe's 61 %.
 PROBES = {
-    "attentive depth 1": dict(depth=1, heads=4, epochs=50, batch_size=16, lr=1e-3, weight_decay=0.01),
-    "attentive depth 4": dict(depth=4, heads=4, epochs=50, batch_size=16, lr=1e-3, weight_decay=0.01),
+    "attentive depth 1": dict(depth=1, heads=4, epochs=200, batch_size=16, lr=1e-3, weight_decay=0.01),
+    "attentive depth 4": dict(depth=4, heads=4, epochs=200, batch_size=16, lr=1e-3, weight_decay=0.01),
 }
 
 
