@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -265,18 +264,6 @@ def _protocol(cfg: EvalConfig, encoder: Encoder, length: int) -> dict[str, Any]:
             "backbone_check": "weights and buffers compared bit-for-bit after extraction"}
 
 
-def encoder_clip(cfg: EvalConfig, encoder: Encoder) -> EvalConfig:
-    """``cfg`` with the clip settings it leaves unset taken from the encoder's native clip (frame step: its own, else
-    the paper's evaluation dilation); the encoder must take the result."""
-    from moquad.eval.clips import EVAL_DILATION
-
-    clip = encoder.clip
-    cfg = replace(cfg, frames=cfg.frames or clip.frames, size=cfg.size or clip.size,
-                  dilation=cfg.dilation or clip.frame_step or EVAL_DILATION)
-    encoder.check_clip(cfg.frames, cfg.size)
-    return cfg
-
-
 def attentive(cfg: EvalConfig, *, encoder: Encoder | None = None, json_path: str | Path | None = None
               ) -> dict[str, Any]:
     """The attentive probe trained on ``cfg.train_split``, tested on ``cfg.test_split``; ``encoder``: any
@@ -293,11 +280,11 @@ def attentive(cfg: EvalConfig, *, encoder: Encoder | None = None, json_path: str
         resolve_device,
         snapshot,
     )
-    from moquad.eval.encoders import load_encoder
+    from moquad.eval.encoders import fill_clip, load_encoder
     from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
 
     encoder = encoder or load_encoder(cfg.checkpoint)
-    cfg = encoder_clip(cfg, encoder)
+    cfg = fill_clip(cfg, encoder)
     train, test = labelled_splits(cfg, "the attentive probe")
     classes = store.classes(cfg.data)
     before = snapshot(encoder)

@@ -591,6 +591,19 @@ def family_of(scheme: str, name: str) -> tuple[str, Any]:
     return found[0], config
 
 
+def fill_clip(cfg: Any, encoder: Encoder) -> Any:
+    """``cfg`` (an :class:`moquad.config.EvalConfig`) with the clip settings it leaves unset (None) taken from the
+    encoder's native clip (the dilation: its frame step, else the paper's evaluation dilation); the one-line error
+    when the encoder cannot take the result."""
+    from moquad.eval.clips import EVAL_DILATION
+
+    clip = encoder.clip
+    cfg = dataclasses.replace(cfg, frames=cfg.frames or clip.frames, size=cfg.size or clip.size,
+                              dilation=cfg.dilation or clip.frame_step or EVAL_DILATION)
+    encoder.check_clip(cfg.frames, cfg.size)
+    return cfg
+
+
 def load_encoder(spec: str) -> Encoder:
     """The frozen encoder a name means (module docstring), in eval mode."""
     label, scheme, name = parse_spec(spec)
