@@ -219,7 +219,8 @@ def test_vjepa2_takes_other_frame_counts(tmp_path):
 
 # ----------------------------------------------------------------------------- torchvision and moquad rows
 
-TV = ("r3d_18", "mc3_18", "r2plus1d_18", "s3d", "mvit_v2_s", "swin3d_t")
+TV = ("r3d_18", "mc3_18", "r2plus1d_18", *(pytest.param(a, marks=pytest.mark.slow) for a in ("s3d", "mvit_v2_s",
+                                                                                            "swin3d_t")))
 
 
 @pytest.mark.parametrize("arch", TV)
