@@ -401,6 +401,26 @@ class LinearConfig:
 
 
 @dataclass
+class AttentiveConfig:
+    """Attentive probe (moquad.eval.attentive), V-JEPA 2's frozen evaluation: learnable query, ``depth - 1``
+    self-attention blocks over the frozen tokens then one cross-attention block, a linear classifier; AdamW with a
+    half-period cosine to 0, on tokens extracted once. Defaults: V-JEPA 2's ViT-L probes (configs/eval/vitl)."""
+
+    depth: int = rule(4, ge=1, help="Pooler blocks: depth - 1 self-attention blocks, then the cross-attention block "
+                      "(V-JEPA 2: 4).")
+    heads: int = rule(16, ge=1, help="Attention heads of the pooler (V-JEPA 2: 16); must divide the token width.")
+    mlp_ratio: float = rule(4.0, gt=0)
+    epochs: int = rule(20, ge=1, help="Training epochs over the extracted tokens (V-JEPA 2: 20).")
+    lr: float = rule(1e-3, gt=0, help="Peak learning rate (V-JEPA 2 trains a grid, 1e-4 to 5e-3).")
+    weight_decay: float = rule(0.01, ge=0, help="AdamW weight decay (V-JEPA 2's grid: 0.01 to 0.8).")
+    batch_size: int = rule(256, ge=1, help="Training samples (a video's crop) per step (V-JEPA 2: 256).")
+    optimizer: str = "adamw"  # a row of moquad.train.optimizers.OPTIMIZERS
+
+    def __post_init__(self) -> None:
+        check(self)
+
+
+@dataclass
 class FinetuneConfig:
     """Fine-tuning the whole network (moquad.eval.finetune); the paper's protocol: 100 epochs, batch 32,
     LARS 0.08, half-period cosine. A tiny network wants AdamW 1e-3 instead (eval/cpu_demo.yaml)."""
@@ -459,6 +479,7 @@ class EvalConfig:
     device: str = rule("auto", choices=DEVICES, help="Where to run.")
     linear: LinearConfig = field(default_factory=LinearConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    attentive: AttentiveConfig = field(default_factory=AttentiveConfig)
     recipe: str | None = rule(None, help="The recipe this config came from (set by the command; results record "
                               "it).")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from moquad.config import (
+    AttentiveConfig,
     ConfigError,
     EvalConfig,
     FinetuneConfig,
@@ -55,6 +56,7 @@ CHOICES: dict[tuple[type, str], Mapping[str, Any]] = {
     (PretrainConfig, "optimizer"): OPTIMIZERS,
     (LinearConfig, "optimizer"): OPTIMIZERS,
     (FinetuneConfig, "optimizer"): OPTIMIZERS,
+    (AttentiveConfig, "optimizer"): OPTIMIZERS,
 }
 
 

@@ -224,7 +224,8 @@ def test_choices_are_the_owners_tables():
               (C.LoaderConfig, "motion_ops"): MOTION_OPS, (C.LoaderConfig, "flip"): FLIP_POLICIES,
               (C.PreprocessConfig, "dataset"): DATASETS, (C.PreprocessConfig, "engine"): ENGINES,
               (C.PretrainConfig, "method"): METHODS, (C.PretrainConfig, "optimizer"): OPTIMIZERS,
-              (C.LinearConfig, "optimizer"): OPTIMIZERS, (C.FinetuneConfig, "optimizer"): OPTIMIZERS}
+              (C.LinearConfig, "optimizer"): OPTIMIZERS, (C.FinetuneConfig, "optimizer"): OPTIMIZERS,
+              (C.AttentiveConfig, "optimizer"): OPTIMIZERS}
     assert {key: settings.choices(*key) for key in tables} == {key: tuple(t) for key, t in tables.items()}
     for kind in (C.PretrainConfig, C.PreprocessConfig, C.EvalConfig):
         settings.check_choices(kind())  # every default is a row of its table

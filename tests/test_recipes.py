@@ -21,7 +21,8 @@ TRANSFORMERS = ("swin3d_t", "mvit_v2_s")  # not paper rows: their recipes are te
 
 
 def _paper_row(p: Path) -> bool:
-    return not p.name.startswith("_") and p.stem != "cpu_demo" and not any(a in p.stem for a in TRANSFORMERS)
+    return (not p.name.startswith("_") and p.stem != "cpu_demo" and not any(a in p.stem for a in TRANSFORMERS)
+            and not p.stem.startswith("attentive"))  # V-JEPA 2's protocol, tested in test_attentive.py
 
 
 TRAIN = sorted(p for p in (ROOT / "train").rglob("*.yaml") if _paper_row(p))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -192,18 +193,20 @@ def apply_views(batch: dict, size: int, quantize: bool = False, out: torch.Tenso
     return out.view(b, v, t, size, size, 3)
 
 
-def normalize(x: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+def normalize(x: torch.Tensor, device: torch.device | str, mean: Sequence[float] = MEAN,
+              std: Sequence[float] = STD) -> torch.Tensor:
     """uint8 or float clips (..., 3, T, H, W) in 0..255 -> float32 on ``device``: ``(x / 255 - mean) / std``.
 
     uint8 is moved first (4x fewer bytes over PCIe), then converted on the device; the result is
-    contiguous even when ``x`` is a channels-last view (as the loader's batches are).
+    contiguous even when ``x`` is a channels-last view (as the loader's batches are). ``mean`` / ``std``: moquad's
+    (Kinetics) unless an encoder of another family states its own (``moquad.eval.encoders.Norm``).
     """
     if x.dim() < 4 or x.shape[-4] != 3:
         raise ValueError(f"expected clips shaped (..., 3, T, H, W), got {tuple(x.shape)}")
     x = x.to(device, non_blocking=True).float()
     shape = (3, 1, 1, 1)
-    mean = torch.tensor(MEAN, device=x.device).view(shape) * 255
-    std = torch.tensor(STD, device=x.device).view(shape) * 255
+    mean = torch.tensor(mean, device=x.device).view(shape) * 255
+    std = torch.tensor(std, device=x.device).view(shape) * 255
     return ((x - mean) / std).contiguous()
 
 
