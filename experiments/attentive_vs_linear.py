@@ -14,8 +14,8 @@ Prints top-1 per run and the mean +- std over seeds of the difference (attentive
 ``OUT/attentive_vs_linear.json``. ``--checkpoints`` evaluates given checkpoints instead (e.g. another run's trained
 networks) on ``--data``, the shards they were trained on.
 
-    python benchmarks/attentive_vs_linear.py --out runs/probes --seeds 0 1 2
-    python benchmarks/attentive_vs_linear.py --out runs/probes-trained --data SHARDS --family types --seeds 0 \
+    python experiments/attentive_vs_linear.py --out runs/probes --seeds 0 1 2
+    python experiments/attentive_vs_linear.py --out runs/probes-trained --data SHARDS --family types --seeds 0 \
         --checkpoints moquad=RUN/checkpoints/last.pt
 """
 
