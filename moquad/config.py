@@ -241,6 +241,8 @@ def save(cfg: Any, path: str | Path) -> None:
 # ----------------------------------------------------------------------------- the configs
 
 DEVICES = ("auto", "cpu", "cuda")
+# how a momentum encoder normalises its keys (moquad.train.momentum.MomentumEncoder)
+KEY_BN = ("batch", "groups", "running")
 
 
 @dataclass
@@ -347,6 +349,15 @@ class PretrainConfig:
     # the momentum encoder of methods that have one (moquad.train.momentum): EMA from m0 (cosine to 1), queue of keys
     momentum: float = rule(0.99, ge=0, le=1, help="Momentum encoder: EMA coefficient m0 at the start (cosine to 1).")
     queue_size: int = rule(4096, ge=0, help="Momentum methods: negative keys kept in the queue.")
+    # the momentum slot's own choices (moquad.train.methods.Momentum); none: the method's row decides
+    symmetric: bool | None = rule(None, help="Momentum methods: the anchor and the positive each query the other's "
+                                  "key (none: the method's choice).")
+    predictor: bool | None = rule(None, help="Momentum methods: an MLP predictor on the online projections (none: "
+                                  "the method's choice).")
+    key_bn: str | None = rule(None, choices=KEY_BN, help="Momentum methods: the BatchNorm statistics of the keys: "
+                              "batch (the whole batch), groups (each key_bn_group videos apart), running (the online "
+                              "network's running statistics); none: the method's choice.")
+    key_bn_group: int = rule(4, ge=1, help="Momentum methods, key_bn groups: videos per BatchNorm group of keys.")
     # None: on when world size > 1 and the backbone has BatchNorm (logged)
     sync_bn: bool | None = rule(None, help="SyncBatchNorm across ranks (none: on with more than one rank and a "
                                 "BatchNorm backbone; GPU processes only; the choice is printed).")

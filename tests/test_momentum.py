@@ -20,7 +20,7 @@ from test_loop import fake_loader, make_cfg, train
 from moquad.train import preempt
 from moquad.train.checkpoint import load
 from moquad.train.log import read_log
-from moquad.train.losses import hard_k, momentum_loss
+from moquad.train.losses import momentum_loss
 from moquad.train.momentum import MomentumEncoder
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ def ref_momentum(q, keys, roles, queue, queue_video, videos, tau, beta, alpha):
         inter = [_dot(a, _unit(keys[j, s])) for j in range(b) if videos[j] != videos[i] for s in range(w)]
         inter += [_dot(a, _unit(queue[k])) for k in range(len(queue)) if queue_video[k] >= 0
                   and queue_video[k] != videos[i]]
-        k = hard_k((b - 1) * w + len(queue), beta)
+        k = min(len(inter), max(1, math.floor(beta * len(inter)))) if beta > 0 else 0  # Eq. 4 over ITS negatives
         hard = set(sorted(range(len(inter)), key=lambda n: -inter[n])[:k])
         wi = alpha if k else 1.0
         den = math.exp(s_pos / tau) + sum(wi * math.exp(s / tau) for s in s_intra)

@@ -89,16 +89,36 @@ def forward_loss(
         z = _project(model, views)
         p = Projections(z, roles, dist.gather(z) if dist.is_dist() else None, offset, video, video_global)
         return fn(p, tau=tau, hard_beta=hard_beta, hard_alpha=hard_alpha)
-    if roles[0] != "anchor" or "positive" not in roles[1:]:
-        raise ValueError(f"a momentum method needs the anchor first and a positive among the keys, got roles {roles}")
-    keys = _project(momentum.encode, views[:, 1:])
+    route = momentum.routing
+    on = [i for i, r in enumerate(roles) if r in route.online]
+    ky = [i for i, r in enumerate(roles) if r in route.keys]
+    if not on or not ky:
+        raise ValueError(f"the momentum routing (online {route.online}, keys {route.keys}) needs a query and a key "
+                         f"among the views' roles {roles}")
+    keys = _keys(momentum, views[:, ky])
     keys_global = gather_keys(keys)
     queued = momentum.queue.shape[0] > 0
-    p = Projections(_project(model, views[:, :1]), roles[:1], None, offset, video, video_global, keys, roles[1:],
-                    keys_global, momentum.queue if queued else None, momentum.queue_video if queued else None)
+    key_roles = tuple(roles[i] for i in ky)
+    p = Projections(_project(model, views[:, on]), tuple(roles[i] for i in on), None, offset, video, video_global,
+                    keys, key_roles, keys_global, momentum.queue if queued else None,
+                    momentum.queue_video if queued else None)
     out = fn(p, tau=tau, hard_beta=hard_beta, hard_alpha=hard_alpha)
-    momentum.enqueue(keys_global[:, roles[1:].index("positive")], video_global if video_global is not None else video)
+    if queued:
+        enq = [j for j, r in enumerate(key_roles) if r in route.queue]
+        ids = video_global if video_global is not None else video
+        momentum.enqueue(keys_global[:, enq].reshape(-1, keys_global.shape[-1]),
+                         None if ids is None else ids.repeat_interleave(len(enq)))
     return out
+
+
+def _keys(momentum: MomentumEncoder, views: torch.Tensor) -> torch.Tensor:
+    """The momentum encoder's projections (B, W, D) of ``views`` (B, W, ...): in one forward, or one per group of
+    ``momentum.group`` videos (``key_bn="groups"``: each group's BatchNorm statistics apart)."""
+    step = momentum.group or views.shape[0]
+    if views.shape[0] % step:
+        raise ValueError(f"key_bn groups of {step} videos do not divide this rank's batch of {views.shape[0]}; set "
+                         "key_bn_group to a divisor of the per-rank batch")
+    return torch.cat([_project(momentum.encode, views[i:i + step]) for i in range(0, views.shape[0], step)])
 
 
 @dataclass
@@ -181,7 +201,7 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
     model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden, cfg.model_input).to(device)
     if device.type == "cuda":
         model = model.to(memory_format=torch.channels_last_3d)
-    method = METHODS[cfg.method]
+    method = METHODS[cfg.method].configured(cfg)
     momentum = build_momentum(method.momentum, model, cfg) if method.momentum is not None else None
     predictor = momentum.predictor if momentum is not None else None
     optimizer = make_optimizer(model if predictor is None else Online(model, predictor), cfg.optimizer, 0.0,
@@ -206,6 +226,7 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
         model = core = nn.SyncBatchNorm.convert_sync_batchnorm(model)
         if momentum is not None:
             momentum.encoder = nn.SyncBatchNorm.convert_sync_batchnorm(momentum.encoder)
+            momentum.encoder.train(momentum.key_bn != "running")
     if predictor is not None:
         model = Online(core, predictor)
     if dist.is_dist():

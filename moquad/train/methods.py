@@ -51,12 +51,35 @@ class Stage:
 
 @dataclass(frozen=True)
 class Momentum:
-    """A momentum (EMA) encoder slot: non-anchor views go through an EMA copy of the encoder and projection; the
-    keys of each global batch enter a queue of negatives (``queue=False``: none, e.g. BYOL); ``predictor``: an MLP
-    on the online projections (BYOL, MoCo v3). Sizes and the EMA schedule come from the config."""
+    """A momentum (EMA) encoder slot and its routing: the views whose role is in ``online`` go through the online
+    network (the queries, with gradients), those in ``keys`` through an EMA copy of the encoder and projection
+    (no gradients), and the keys of the roles in ``queue`` enter a queue of negatives (empty: no queue, e.g.
+    BYOL). A role may be in both ``online`` and ``keys`` (MoCo v3's symmetric loss: each of anchor and positive
+    queries the other's key). ``predictor``: an MLP on the online projections (BYOL, MoCo v3); ``key_bn``: how
+    the keys' BatchNorm statistics are taken (``moquad.config.KEY_BN``). Sizes and the EMA schedule come from the
+    config; the config's ``symmetric`` / ``predictor`` / ``key_bn``, when set, override the row
+    (:meth:`Method.configured`)."""
 
-    queue: bool = True
+    online: tuple[str, ...] = ("anchor",)
+    keys: tuple[str, ...] = ("positive", "intra_negative")
+    queue: tuple[str, ...] = ("positive",)
     predictor: bool = False
+    key_bn: str = "batch"
+
+    @property
+    def symmetric(self) -> bool:
+        return "positive" in self.online
+
+    def with_symmetric(self, on: bool) -> Momentum:
+        """This routing with the positive also a query (and the anchor also a key, both queued), or without."""
+        if on == self.symmetric:
+            return self
+        pair = ("anchor", "positive")
+        if on:
+            return replace(self, online=pair, keys=(*pair, *(r for r in self.keys if r not in pair)),
+                           queue=tuple(dict.fromkeys((*self.queue, *pair))) if self.queue else ())
+        return replace(self, online=("anchor",), keys=tuple(r for r in self.keys if r != "anchor"),
+                       queue=tuple(r for r in self.queue if r != "anchor"))
 
 
 @dataclass(frozen=True)
@@ -73,6 +96,20 @@ class Method:
     @property
     def warmup(self) -> bool:
         return len(self.stages) > 1
+
+    def configured(self, cfg: Any) -> Method:
+        """This row under a run's config: the momentum slot's choices the config sets (``symmetric``,
+        ``predictor``, ``key_bn``; None: the row's) applied."""
+        m = self.momentum
+        if m is None:
+            return self
+        if getattr(cfg, "symmetric", None) is not None:
+            m = m.with_symmetric(cfg.symmetric)
+        if getattr(cfg, "predictor", None) is not None:
+            m = replace(m, predictor=cfg.predictor)
+        if getattr(cfg, "key_bn", None) is not None:
+            m = replace(m, key_bn=cfg.key_bn)
+        return replace(self, momentum=m)
 
 
 def _loss(module: str, name: str) -> str:

@@ -40,6 +40,8 @@ from torch import nn
 
 from moquad import dist
 from moquad.models.heads import ProjectionHead
+from moquad.train.losses import NO_VIDEO_IDS
+from moquad.train.methods import Momentum
 
 
 class Online(nn.Module):
@@ -54,11 +56,21 @@ class Online(nn.Module):
 
 
 class MomentumEncoder:
-    """EMA copy of ``model`` (encoder + projection), the EMA schedule and the queue (``queue_size`` 0: none)."""
+    """EMA copy of ``model`` (encoder + projection), the EMA schedule and the queue (``queue_size`` 0: none).
 
-    def __init__(self, model: nn.Module, m0: float, queue_size: int, dim: int, predictor: nn.Module | None = None):
+    ``key_bn`` (:data:`moquad.config.KEY_BN`): ``batch``: the copy normalises the keys with their batch's statistics
+    (train mode); ``groups``: with the statistics of each ``group`` consecutive videos apart (the trainer encodes
+    each group in its own forward; batches are in random order, so a group is a random subset of the batch);
+    ``running``: in eval mode, with the online network's running statistics (copied at each update), so a key does
+    not depend on the other clips of its batch at all."""
+
+    def __init__(self, model: nn.Module, m0: float, queue_size: int, dim: int, predictor: nn.Module | None = None,
+                 key_bn: str = "batch", group: int = 0, routing: Momentum | None = None):
         self.encoder = copy.deepcopy(model).requires_grad_(False)
-        self.m0, self.predictor = m0, predictor
+        self.m0, self.predictor, self.key_bn, self.group = m0, predictor, key_bn, group
+        self.routing = routing or Momentum()  # which roles go online, to this copy, into the queue
+        if key_bn == "running":
+            self.encoder.eval()
         device = next(model.parameters()).device
         self.queue = torch.zeros(queue_size, dim, device=device)
         self.queue_video = torch.full((queue_size,), -1, dtype=torch.int64, device=device)
@@ -70,10 +82,14 @@ class MomentumEncoder:
 
     @torch.no_grad()
     def update(self, model: nn.Module, step: int, total: int) -> None:
-        """EMA step of the parameters toward ``model``'s (the plain online model, same structure)."""
+        """EMA step of the parameters toward ``model``'s (the plain online model, same structure); with
+        ``key_bn="running"`` the copy also takes the online network's BatchNorm statistics."""
         m = self.momentum(step, total)
         for pe, po in zip(self.encoder.parameters(), model.parameters()):
             pe.mul_(m).add_(po.detach(), alpha=1.0 - m)
+        if self.key_bn == "running":
+            for be, bo in zip(self.encoder.buffers(), model.buffers()):
+                be.copy_(bo)
 
     @torch.no_grad()
     def encode(self, x: torch.Tensor) -> torch.Tensor:
@@ -81,12 +97,13 @@ class MomentumEncoder:
 
     @torch.no_grad()
     def enqueue(self, keys: torch.Tensor, video: torch.Tensor | None) -> None:
-        """Write the global batch's keys (G, D) (and their videos) at the pointer, wrapping around."""
+        """Write the global batch's keys (G, D) and their videos (G,) at the pointer, wrapping around."""
         k = self.queue.shape[0]
         if k == 0:
             return
-        keys = keys.detach().float()[-k:]
-        video = torch.full((len(keys),), -2, dtype=torch.int64) if video is None else video[-k:]
+        if video is None:
+            raise ValueError(NO_VIDEO_IDS)
+        keys, video = keys.detach().float()[-k:], video[-k:]
         rows = (self.ptr + torch.arange(len(keys))) % k
         self.queue[rows.to(self.queue.device)] = keys.to(self.queue.device)
         self.queue_video[rows.to(self.queue.device)] = video.to(self.queue.device)
@@ -112,11 +129,14 @@ class MomentumEncoder:
 
 
 def build(spec, model: nn.Module, cfg) -> MomentumEncoder:
-    """The momentum slot ``spec`` (:class:`moquad.train.methods.Momentum`) of a run of ``cfg`` over ``model``."""
+    """The momentum slot ``spec`` (:class:`moquad.train.methods.Momentum`, configured) of a run of ``cfg`` over
+    ``model``."""
     predictor = ProjectionHead(cfg.proj_dim, cfg.proj_hidden, cfg.proj_dim) if spec.predictor else None
     if predictor is not None:
         predictor.to(next(model.parameters()).device)
-    return MomentumEncoder(model, cfg.momentum, cfg.queue_size if spec.queue else 0, cfg.proj_dim, predictor)
+    group = cfg.key_bn_group if spec.key_bn == "groups" else 0
+    return MomentumEncoder(model, cfg.momentum, cfg.queue_size if spec.queue else 0, cfg.proj_dim, predictor,
+                           spec.key_bn, group, spec)
 
 
 def gather_keys(keys: torch.Tensor) -> torch.Tensor:
