@@ -37,21 +37,21 @@ def _setup(backbone: str, method: str, batch: int, frames: int, size: int, devic
     opt = make_optimizer(model, "adamw_vit" if transformer else "lars", 1e-4 if transformer else 0.1, 1e-6)
     m = METHODS[method]
     momentum = build_momentum(m.momentum, model, cfg) if m.momentum is not None else None
-    roles = QUAD if method.endswith("moquad") else QUAD[:2]
+    stage = m.stages[-1]
+    roles = stage.plan(cfg.loader).roles
     x = torch.randn(batch, len(roles), 3, frames, size, size, device=device)
-    return model, opt, x, roles, m.stages[-1].loss, momentum
+    return model, opt, x, roles, stage.loss, momentum, stage.params(cfg)
 
 
 def _step(run, device: str, step: int) -> float:
-    model, opt, x, roles, loss_fn, momentum = run
+    model, opt, x, roles, loss_fn, momentum, params = run
     if device == "cuda":
         torch.cuda.synchronize()
     t = time.perf_counter()
     if momentum is not None:
         momentum.update(model, step, 1000)
     video = torch.arange(x.shape[0], device=device) + step * x.shape[0]
-    loss, _ = forward_loss(model, x, roles, loss_fn, tau=0.1, hard_beta=0.01, hard_alpha=1.5, video=video,
-                           momentum=momentum)
+    loss, _ = forward_loss(model, x, roles, loss_fn, video=video, momentum=momentum, **params)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()

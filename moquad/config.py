@@ -327,9 +327,7 @@ class PretrainConfig:
     data: str = rule("", help="Shard folder written by `moquad preprocess`.")
     out: str = rule("runs/pretrain", help="Run folder (checkpoints, logs, config).")
     split: str = rule("train", help="Manifest split to learn from.")
-    method: str = rule("moquad", help="simclr is the ladder's base (MoQuad's sampling and loss, no quadruple parts); "
-                       "simclr_classic: two clips at one dilation, NT-Xent; moco: momentum encoder and queue; "
-                       "moco_moquad: MoQuad on moco.")  # moquad.train.methods.METHODS
+    method: str = rule("moquad", help="Pre-training method.")  # a row of moquad.train.methods.METHODS
     backbone: str = rule("r3d_18", help="Video encoder (moquad.models.BACKBONES).")
     # moquad.models.backbones.INPUTS; THE default of a model's input, read by every place that builds one
     model_input: str = rule("rgb", help="What the backbone sees (diff: frame differences).")

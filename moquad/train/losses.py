@@ -9,7 +9,7 @@
   given (method ``moco_moquad``).
 
 A method's stage names its loss (:data:`moquad.train.methods.METHODS`): one of the step losses at the end of this
-module, each ``loss(p: Projections, *, tau, hard_beta, hard_alpha) -> (loss, Fig. 4 ranks)``. Views reach a loss
+module, each ``loss(p: Projections, **params) -> (loss, Fig. 4 ranks)`` with the stage's own ``params``. Views reach a loss
 with their ROLES (``anchor``, ``positive``, ``intra_negative``: :data:`moquad.data.views.ROLES`), never names.
 
 Conventions shared by all:
@@ -297,18 +297,19 @@ class Projections:
         return {"z_global": self.z_global, "offset": self.offset, "video": self.video, "video_global": self.video_global}
 
 
-# the step losses a method's stage names: (Projections, tau=, hard_beta=, hard_alpha=) -> (loss, Fig. 4 ranks)
+# the step losses a method's stage names: (Projections, **its params) -> (loss, Fig. 4 ranks); the stage's ``params``
+# (moquad.train.methods.Stage) reads them from the config: ``tau`` and, where Eq. 4 mines, ``hard_beta, hard_alpha``
 def quadruple(p: Projections, *, tau: float, hard_beta: float, hard_alpha: float):
     """Eq. 1 / Eq. 4 over the views' roles (MoQuad, and the SimCLR base of the ladder)."""
     return moquad_loss(p.z, p.roles, tau=tau, hard_beta=hard_beta, hard_alpha=hard_alpha, **p.masks())
 
 
-def speed_pair(p: Projections, *, tau: float, hard_beta: float, hard_alpha: float):
+def speed_pair(p: Projections, *, tau: float):
     """Eq. 3, the appearance warm-up task (no mining)."""
     return appearance_loss(p.z, tau=tau, **p.masks())
 
 
-def nt_xent(p: Projections, *, tau: float, hard_beta: float, hard_alpha: float):
+def nt_xent(p: Projections, *, tau: float):
     """Classic SimCLR's symmetric NT-Xent."""
     return nt_xent_loss(p.z, tau=tau, **p.masks())
 
@@ -337,6 +338,6 @@ def momentum_contrast(p: Projections, *, tau: float, hard_beta: float, hard_alph
     return torch.stack([loss for loss, _ in out]).mean(), out[0][1]  # the ranks: the anchor's queries (Fig. 4)
 
 
-def momentum_plain(p: Projections, *, tau: float, hard_beta: float, hard_alpha: float):
+def momentum_plain(p: Projections, *, tau: float):
     """:func:`momentum_loss` without mining (Eq. 1 weights): the MoCo base, and the warm-up task on it."""
     return momentum_contrast(p, tau=tau, hard_beta=0.0, hard_alpha=1.0)
