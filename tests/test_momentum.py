@@ -104,7 +104,7 @@ def test_eq4_counts_each_anchors_unmasked_negatives(filled):
     videos = [0, 1, 2, 3]
     queue_video = [-1] * size
     for slot in range(filled):
-        queue_video[slot] = [20, 21, 1, 22, 23, 24, 2, 25, 26, 27][slot]  # videos 1 and 2: own keys of anchors 1, 2
+        queue_video[slot] = [20, 1, 1, 1, 23, 24, 2, 25, 26, 27][slot]  # videos 1, 2: own keys of anchors 1, 2
     got = momentum_loss(q.float(), keys.float(), ("positive",), queue=queue.float(),
                         queue_video=torch.tensor(queue_video), tau=0.2, hard_beta=0.25, hard_alpha=3.0,
                         video=torch.tensor(videos))[0]
