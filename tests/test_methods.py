@@ -37,3 +37,34 @@ def test_algorithm1_stages():
     assert moco.epoch_stages(3, 0.5) == [moco.stages[0]] * 3
     with pytest.raises(ValueError):
         moquad.epoch_stages(10, 1.5)
+
+
+def test_evaluation_takes_a_rows_dilations_from_its_view_plans():
+    """A new row whose clips are all at one fixed dilation is evaluated at that dilation, with no name compared
+    anywhere (moquad.eval.clips asks the row); a method the table no longer has falls back to the loader's."""
+    from unittest import mock
+
+    from moquad.data import views
+    from moquad.eval.clips import pretrain_clip
+    from moquad.train.methods import Method, Stage
+
+    loader = {"dilations": [1, 2, 4], "simclr_dilation": 3}
+    row = Method((Stage("two", views.fixed_pair, "moquad.train.losses:nt_xent", "two"),))
+    with mock.patch.dict(METHODS, {"fixed_pairs": row}):
+        assert pretrain_clip({"method": "fixed_pairs", "loader": loader}).dilations == (3,)
+    assert pretrain_clip({"method": "fixed_pairs", "loader": loader}).dilations == (1, 2, 4)
+    assert pretrain_clip({"method": "moco_moquad", "loader": loader}).dilations == (1, 2, 4)
+    assert METHODS["simclr_classic"].dilations(LoaderConfig(simclr_dilation=5)) == (5,)
+
+
+def test_the_docs_and_help_list_the_table():
+    """docs/methods.md holds the table as methods.markdown() makes it (regenerate: python -c "from
+    moquad.train.methods import markdown; print(markdown())"), and the --method help lists every row."""
+    from pathlib import Path
+
+    from moquad.cli import METHOD_HELP
+    from moquad.train.methods import markdown
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "methods.md").read_text()
+    assert markdown() in page
+    assert all(f"{name}: {m.summary}" in METHOD_HELP for name, m in METHODS.items())
