@@ -32,6 +32,20 @@ from pathlib import Path
 from moquad import config as C
 from moquad import settings
 
+# the momentum base's sweep: factor -> its --set assignments; SWEPT: the factors (and combinations) run
+SWEEP: dict[str, list[str]] = {
+    "key_bn=groups": ["key_bn=groups"], "key_bn=running": ["key_bn=running"], "symmetric": ["symmetric=true"],
+    "tau=0.2": ["temperature=0.2"], "m0=0.9": ["momentum=0.9"], "m0=0.996": ["momentum=0.996"],
+    "predictor": ["predictor=true"], "lars_lr=4": ["lr=4.0"], "lars_lr=64": ["lr=64.0"],
+    "sgd_lr=1.6": ["optimizer=sgd", "lr=1.6", "weight_decay=1e-4"],
+    "sgd_lr=6.4": ["optimizer=sgd", "lr=6.4", "weight_decay=1e-4"],
+    "adamw_lr=0.016": ["optimizer=adamw", "lr=0.016", "weight_decay=1e-4"],
+    "queue=0": ["queue_size=0"], "queue=32": ["queue_size=32"], "queue=4096": ["queue_size=4096"],
+}
+SWEPT: list[tuple[str, ...]] = [(name,) for name in SWEEP] + [
+    ("predictor", "key_bn=groups"), ("predictor", "key_bn=groups", "symmetric"), ("predictor", "key_bn=groups", "tau=0.2"),
+]
+
 # name -> (method, --set assignments on top of train/cpu_demo.yaml; each names its flip policy and motion ops, so
 # a variant means the same whatever the recipe adopts). "base" is the SimCLR base of the ladder; "paper" MoQuad
 # with the paper's augmentation (speed Intra-Negs, flips per view).
@@ -64,15 +78,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # the momentum base's sweep (`types`, seed 0; docs/methods.md): "moco" with ONE factor changed, each named as the
     # setting it changes (the key encoder's BatchNorm, the symmetric loss, tau, m0, the predictor, the optimizer and
     # its lr, the queue size)
-    **{f"moco+{name}": ("moco", ["loader.flip=independent", "queue_size=128", *sets]) for name, sets in {
-        "key_bn=groups": ["key_bn=groups"], "key_bn=running": ["key_bn=running"], "symmetric": ["symmetric=true"],
-        "tau=0.2": ["temperature=0.2"], "m0=0.9": ["momentum=0.9"], "m0=0.996": ["momentum=0.996"],
-        "predictor": ["predictor=true"], "lars_lr=4": ["lr=4.0"], "lars_lr=64": ["lr=64.0"],
-        "sgd_lr=1.6": ["optimizer=sgd", "lr=1.6", "weight_decay=1e-4"],
-        "sgd_lr=6.4": ["optimizer=sgd", "lr=6.4", "weight_decay=1e-4"],
-        "adamw_lr=0.016": ["optimizer=adamw", "lr=0.016", "weight_decay=1e-4"],
-        "queue=0": ["queue_size=0"], "queue=32": ["queue_size=32"], "queue=4096": ["queue_size=4096"],
-    }.items()},
+    # then combinations of them ("moco+predictor+key_bn=groups": both)
+    **{f"moco+{'+'.join(names)}": ("moco", ["loader.flip=independent", "queue_size=128",
+                                            *(x for n in names for x in SWEEP[n])]) for names in SWEPT},
     "base@b8": ("simclr", ["loader.flip=independent", "batch_size=8"]),
     "paper@b8": ("moquad", ["loader.motion_ops=speed", "loader.flip=independent", "batch_size=8"]),
     "moco@b8": ("moco", ["loader.flip=independent", "queue_size=128", "batch_size=8"]),
