@@ -81,6 +81,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # then combinations of them ("moco+predictor+key_bn=groups": both)
     **{f"moco+{'+'.join(names)}": ("moco", ["loader.flip=independent", "queue_size=128",
                                             *(x for n in names for x in SWEEP[n])]) for names in SWEPT},
+    # each method exactly as `moquad pretrain --recipe train/cpu_demo.yaml --method M` trains it (its row's and the
+    # recipe's settings, nothing set here): the evidence of docs/methods.md
+    **{f"demo-{m}": (m, []) for m in ("simclr", "moquad", "moco", "moco_moquad")},
     "base@b8": ("simclr", ["loader.flip=independent", "batch_size=8"]),
     "paper@b8": ("moquad", ["loader.motion_ops=speed", "loader.flip=independent", "batch_size=8"]),
     "moco@b8": ("moco", ["loader.flip=independent", "queue_size=128", "batch_size=8"]),
