@@ -84,6 +84,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # each method exactly as `moquad pretrain --recipe train/cpu_demo.yaml --method M` trains it (its row's and the
     # recipe's settings, nothing set here): the evidence of docs/methods.md
     **{f"demo-{m}": (m, []) for m in ("simclr", "moquad", "moco", "moco_moquad")},
+    **{f"demo-{m}@b8": (m, ["batch_size=8"]) for m in ("simclr", "moquad", "moco", "moco_moquad")},
     "base@b8": ("simclr", ["loader.flip=independent", "batch_size=8"]),
     "paper@b8": ("moquad", ["loader.motion_ops=speed", "loader.flip=independent", "batch_size=8"]),
     "moco@b8": ("moco", ["loader.flip=independent", "queue_size=128", "batch_size=8"]),
