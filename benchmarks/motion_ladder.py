@@ -44,6 +44,8 @@ SWEEP: dict[str, list[str]] = {
 }
 SWEPT: list[tuple[str, ...]] = [(name,) for name in SWEEP] + [
     ("predictor", "key_bn=groups"), ("predictor", "key_bn=groups", "symmetric"), ("predictor", "key_bn=groups", "tau=0.2"),
+    ("predictor", "key_bn=groups", "lars_lr=64"), ("predictor", "key_bn=groups", "m0=0.9"),
+    ("predictor", "key_bn=groups", "tau=0.2", "lars_lr=64", "m0=0.9"),
 ]
 
 # name -> (method, --set assignments on top of train/cpu_demo.yaml; each names its flip policy and motion ops, so

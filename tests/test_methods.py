@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from moquad.config import LoaderConfig
@@ -65,6 +67,8 @@ def test_the_docs_and_help_list_the_table():
     from moquad.cli import METHOD_HELP
     from moquad.train.methods import markdown
 
-    page = (Path(__file__).resolve().parent.parent / "docs" / "methods.md").read_text()
-    assert markdown() in page
+    root = Path(__file__).resolve().parent.parent
+    assert markdown() in (root / "docs" / "methods.md").read_text()
     assert all(f"{name}: {m.summary}" in METHOD_HELP for name, m in METHODS.items())
+    lists = re.findall(r"`--method ([a-z_]+(?: \| [a-z_]+)+)`", (root / "README.md").read_text())
+    assert lists and all(found.split(" | ") == list(METHODS) for found in lists)  # the README's list: every row
