@@ -93,40 +93,17 @@ def check_choices(cfg: Any, prefix: str = "") -> None:
             check_value(prefix + f.name, type_hints(type(cfg))[f.name], value, {"choices": names})
 
 
-BY_METHOD = "by_method"  # a pre-training recipe's settings for one method only: {method: {setting: value}}
-
-
 def resolve(cfg: T, recipe: str | Path | None, overrides: dict[str, Any], sets: list[str] | tuple[str, ...] = ()) -> T:
-    """defaults < recipe < the recipe's ``by_method`` block of the run's method < named flags < ``--set``
-    assignments; ``None`` in ``overrides`` means 'flag not given'. The result is checked whole, table choices
-    included."""
-    blocks: dict[str, Any] = {}
+    """defaults < recipe < named flags < ``--set`` assignments; ``None`` in ``overrides`` means 'flag not given'.
+    The result is checked whole, table choices included."""
     if recipe:
         values = load_recipe(recipe)
-        blocks = values.pop(BY_METHOD, None) or {}
-        if blocks and not hasattr(cfg, "method"):
-            raise ConfigError(BY_METHOD, "is unknown", f"{BY_METHOD} (in recipe {recipe}) is for pre-training recipes")
         try:
             cfg = update(cfg, values)
             check_choices(cfg)
-            for method, block in blocks.items():  # every block is checked, not only the run's
-                check_choices(update(cfg, {"method": method, **block}))
         except ConfigError as e:
             why = other_stage(cfg, values, recipe) if e.problem == "is unknown" else None
             raise ConfigError(e.key, e.problem, why or f"{e} (in recipe {recipe})") from None
-    given = _given(overrides)
-    block = blocks.get(getattr(update(cfg, given), "method", None)) if blocks else None
-    cfg = update(cfg, block) if block else cfg
-    cfg = update(cfg, given)
-    cfg = update(cfg, parse_sets(cfg, sets)) if sets else cfg
-    if blocks and not block and (late := blocks.get(getattr(cfg, "method", None))):  # the method came by --set
-        cfg = update(update(update(cfg, late), given), parse_sets(cfg, sets))
-    check_choices(cfg)
-    return cfg
-
-
-def _given(overrides: dict[str, Any]) -> dict[str, Any]:
-    """The flags given (not None), nested by their dotted names (``loader.frames``)."""
     given: dict[str, Any] = {}
     for key, value in overrides.items():
         if value is None:
@@ -136,4 +113,7 @@ def _given(overrides: dict[str, Any]) -> dict[str, Any]:
             given.setdefault(outer, {})[inner] = value
         else:
             given[key] = value
-    return given
+    cfg = update(cfg, given)
+    cfg = update(cfg, parse_sets(cfg, sets)) if sets else cfg
+    check_choices(cfg)
+    return cfg

@@ -206,27 +206,3 @@ def test_list_recipes():
     assert row["description"] == " ".join(read_recipe_file(ROOT / "train" / "ucf101_r3d18_moquad.yaml")["description"].split())
     assert all(r["description"] for r in listed)
 
-
-def test_a_recipes_by_method_block_applies_to_that_method_only(tmp_path):
-    """``by_method: {METHOD: {...}}``: settings of one method (the momentum base's optimizer, say) over the recipe's,
-    under the flags and ``--set``; the method may come from a flag or from ``--set``; every block is checked."""
-    from moquad import settings
-    from moquad.config import ConfigError, PretrainConfig
-
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text("lr: 16.0\ntemperature: 0.1\nby_method:\n  moco: {lr: 0.5, temperature: 0.2}\n")
-
-    def got(overrides, sets=()):
-        cfg = settings.resolve(PretrainConfig(), recipe, overrides, sets)
-        return cfg.method, cfg.lr, cfg.temperature
-
-    assert got({"method": "moco"}) == ("moco", 0.5, 0.2)
-    assert got({"method": "moquad"}) == ("moquad", 16.0, 0.1)
-    assert got({"method": "moco", "lr": 3.0}) == ("moco", 3.0, 0.2)  # a flag wins over the block
-    assert got({}, ["method=moco", "temperature=0.3"]) == ("moco", 0.5, 0.3)
-    recipe.write_text("by_method:\n  mocco: {lr: 0.5}\n")
-    with pytest.raises(ConfigError, match="method must be one of"):
-        got({})
-    recipe.write_text("by_method:\n  moco: {lrr: 0.5}\n")
-    with pytest.raises(ConfigError, match="lrr"):
-        got({})

@@ -226,9 +226,8 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
         Console(stderr=True).print(f"pretrain: {why}")
     if sync_bn:
         model = core = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-        if momentum is not None:
+        if momentum is not None and momentum.key_bn == "batch":  # groups: each group's own statistics, on any rank
             momentum.encoder = nn.SyncBatchNorm.convert_sync_batchnorm(momentum.encoder)
-            momentum.encoder.train(momentum.key_bn != "running")
     if predictor is not None:
         model = Online(core, predictor)
     if dist.is_dist():
