@@ -22,6 +22,7 @@ from moquad.config import PretrainConfig
 from moquad.models import BACKBONES, build_model
 from moquad.train.loop import forward_loss
 from moquad.train.methods import METHODS
+from moquad.train.momentum import Online
 from moquad.train.momentum import build as build_momentum
 from moquad.train.optimizers import make_optimizer
 
@@ -34,12 +35,14 @@ def _setup(backbone: str, method: str, batch: int, frames: int, size: int, devic
     cfg = PretrainConfig(backbone=backbone, queue_size=4096)
     model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden).to(device).train()
     transformer = BACKBONES[backbone].tokens is not None
-    opt = make_optimizer(model, "adamw_vit" if transformer else "lars", 1e-4 if transformer else 0.1, 1e-6)
-    m = METHODS[method]
+    m = METHODS[method].configured(cfg)
     momentum = build_momentum(m.momentum, model, cfg) if m.momentum is not None else None
+    if momentum is not None and momentum.predictor is not None:  # as the trainer: the optimizer trains it too
+        model = Online(model, momentum.predictor)
     stage = m.stages[-1]
     roles = stage.plan(cfg.loader).roles
     x = torch.randn(batch, len(roles), 3, frames, size, size, device=device)
+    opt = make_optimizer(model, "adamw_vit" if transformer else "lars", 1e-4 if transformer else 0.1, 1e-6)
     return model, opt, x, roles, stage.loss, momentum, stage.params(cfg)
 
 
@@ -49,7 +52,7 @@ def _step(run, device: str, step: int) -> float:
         torch.cuda.synchronize()
     t = time.perf_counter()
     if momentum is not None:
-        momentum.update(model, step, 1000)
+        momentum.update(model.model if isinstance(model, Online) else model, step, 1000)
     video = torch.arange(x.shape[0], device=device) + step * x.shape[0]
     loss, _ = forward_loss(model, x, roles, loss_fn, video=video, momentum=momentum, **params)
     opt.zero_grad(set_to_none=True)
