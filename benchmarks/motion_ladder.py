@@ -32,6 +32,9 @@ from pathlib import Path
 from moquad import config as C
 from moquad import settings
 
+# the momentum slot the momentum variants were first measured with (no predictor, keys normalised over the whole
+# batch): named, so they mean the same whatever the rows adopt
+FIRST_SLOT = ["predictor=false", "key_bn=batch"]
 # the momentum base's sweep: factor -> its --set assignments; SWEPT: the factors (and combinations) run
 SWEEP: dict[str, list[str]] = {
     "key_bn=groups": ["key_bn=groups"], "key_bn=running": ["key_bn=running"], "symmetric": ["symmetric=true"],
@@ -68,20 +71,20 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "base+shared+diff": ("simclr", ["loader.flip=shared", "model_input=diff"]),
     # the momentum base (moquad.train.momentum; docs/methods.md): MoCo, its Table 4 rungs, MoQuad on it; queue 128
     # keys (about half a demo train split), m0 0.99; "@b8": the same at global batch 8, where a queue should matter
-    "moco": ("moco", ["loader.flip=independent", "queue_size=128"]),
-    "moco+ad_pos": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", "queue_size=128",
+    "moco": ("moco", ["loader.flip=independent", *FIRST_SLOT, "queue_size=128"]),
+    "moco+ad_pos": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", *FIRST_SLOT, "queue_size=128",
                                     "loader.intra_neg=false", "loader.ad_intra_neg=false"]),
     "moco+ad_pos+intra_neg": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent",
-                                              "queue_size=128", "loader.ad_intra_neg=false"]),
-    "moco_moquad": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", "queue_size=128"]),
+                                              *FIRST_SLOT, "queue_size=128", "loader.ad_intra_neg=false"]),
+    "moco_moquad": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", *FIRST_SLOT, "queue_size=128"]),
     # MoQuad on the momentum base with the demo recipe's adopted options (Intra-Negs by speed and time reversal, one
     # flip per quadruple), against "moco" as the README's "adopted" row is against "base"
-    "moco_adopted": ("moco_moquad", ["loader.motion_ops=speed,reverse", "loader.flip=shared", "queue_size=128"]),
+    "moco_adopted": ("moco_moquad", ["loader.motion_ops=speed,reverse", "loader.flip=shared", *FIRST_SLOT, "queue_size=128"]),
     # the momentum base's sweep (`types`, seed 0; docs/methods.md): "moco" with ONE factor changed, each named as the
     # setting it changes (the key encoder's BatchNorm, the symmetric loss, tau, m0, the predictor, the optimizer and
     # its lr, the queue size)
     # then combinations of them ("moco+predictor+key_bn=groups": both)
-    **{f"moco+{'+'.join(names)}": ("moco", ["loader.flip=independent", "queue_size=128",
+    **{f"moco+{'+'.join(names)}": ("moco", ["loader.flip=independent", *FIRST_SLOT, "queue_size=128",
                                             *(x for n in names for x in SWEEP[n])]) for names in SWEPT},
     # each method exactly as `moquad pretrain --recipe train/cpu_demo.yaml --method M` trains it (its row's and the
     # recipe's settings, nothing set here): the evidence of docs/methods.md
@@ -89,8 +92,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     **{f"demo-{m}@b8": (m, ["batch_size=8"]) for m in ("simclr", "moquad", "moco", "moco_moquad")},
     "base@b8": ("simclr", ["loader.flip=independent", "batch_size=8"]),
     "paper@b8": ("moquad", ["loader.motion_ops=speed", "loader.flip=independent", "batch_size=8"]),
-    "moco@b8": ("moco", ["loader.flip=independent", "queue_size=128", "batch_size=8"]),
-    "moco_moquad@b8": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", "queue_size=128",
+    "moco@b8": ("moco", ["loader.flip=independent", *FIRST_SLOT, "queue_size=128", "batch_size=8"]),
+    "moco_moquad@b8": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", *FIRST_SLOT,
+                                       "queue_size=128",
                                        "batch_size=8"]),
 }
 

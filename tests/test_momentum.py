@@ -300,7 +300,8 @@ def test_cli_moco_moquad_resumes_exactly_after_sigterm(tmp_path):
         args = [sys.executable, "-m", "moquad.cli", "pretrain", "--method", "moco_moquad", "--data", str(data),
                 "--out", str(out), "--backbone", "tiny", "--batch-size", "2", "--frames", "4", "--size", "16",
                 "--workers", "0", "--device", "cpu", "--epochs", "3", "--warmup-ratio", "0.34", "--set",
-                "proj_hidden=16", "--set", "queue_size=6", "--set", "loader.dilations=1,2", *extra]
+                "proj_hidden=16", "--set", "queue_size=6", "--set", "key_bn_group=2", "--set", "loader.dilations=1,2",
+                *extra]
         return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
 
@@ -326,3 +327,22 @@ def test_cli_moco_moquad_resumes_exactly_after_sigterm(tmp_path):
     for k in sa["model"]:
         assert torch.equal(sa["model"][k], sb["model"][k]), k
     assert torch.equal(sa["momentum"]["queue"], sb["momentum"]["queue"])
+
+
+def test_key_bn_groups_must_divide_the_per_rank_batch(tmp_path):
+    """Groups of keys that do not divide a rank's batch would be cut differently on another number of ranks: one
+    error at start-up that names the setting."""
+    from moquad.errors import MoquadError
+
+    with pytest.raises(MoquadError, match=r"key_bn_group.*per-rank batch of 4"):
+        train(_cfg(tmp_path / "run", method="moco", key_bn_group=3), _video_loader, tensorboard=False, progress=False)
+
+
+def test_a_queue_as_large_as_the_split_gets_a_line():
+    from moquad.train.loop import queue_advice
+
+    assert queue_advice(128, 280) is None
+    assert queue_advice(4096, 280) == ("the queue of 4096 keys is at least as large as the 280 training videos: it "
+                                       "holds several, mostly stale keys of every video; use --set queue_size=128 "
+                                       "(about half the split) or fewer")
+    assert "queue_size=4 " in queue_advice(8, 8)

@@ -204,6 +204,10 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
         model = model.to(memory_format=torch.channels_last_3d)
     method = METHODS[cfg.method].configured(cfg)
     momentum = build_momentum(method.momentum, model, cfg) if method.momentum is not None else None
+    if momentum is not None and momentum.group and (cfg.batch_size // world) % momentum.group:
+        raise MoquadError(f"the keys' BatchNorm groups of {momentum.group} videos (key_bn_group) do not divide the "
+                          f"per-rank batch of {cfg.batch_size // world} (global {cfg.batch_size} over {world} "
+                          "processes); set --set key_bn_group=N with N dividing it (at least 2), or --set key_bn=batch")
     predictor = momentum.predictor if momentum is not None else None
     optimizer = make_optimizer(model if predictor is None else Online(model, predictor), cfg.optimizer, 0.0,
                                cfg.weight_decay)

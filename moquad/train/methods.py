@@ -169,6 +169,12 @@ def _loss(module: str, name: str) -> str:
 
 
 LOSSES = "moquad.train.losses"
+# the momentum base's slot (docs/methods.md, "Why the momentum base did not learn": the sweep on `types`):
+MOMENTUM = Momentum(
+    online=("anchor",), keys=("positive", "intra_negative"), queue=("positive",),  # MoCo v1/v2: one query, its keys
+    predictor=True,  # MoCo v3 / BYOL: an MLP predictor on the online side; the one factor that lifted the features
+    key_bn="groups",  # MoCo v1's shuffle-BN, free of the number of ranks: each group of key_bn_group videos apart
+)
 APPEARANCE = Stage("appearance", views.speed_pair, _loss(LOSSES, "speed_pair"), "appearance", kind=WARMUP, params=tau)
 QUADRUPLE = Stage("moquad", views.quadruple, _loss(LOSSES, "quadruple"), "moquad")
 MOCO_APPEARANCE = Stage("appearance", views.speed_pair, _loss(LOSSES, "momentum_plain"), "appearance", kind=WARMUP,
@@ -182,10 +188,10 @@ METHODS: dict[str, Method] = {
     "simclr_classic": Method((Stage("pair", views.fixed_pair, _loss(LOSSES, "nt_xent"), "simclr", params=tau),),
                              summary="SimCLR as published: two clips at one dilation, NT-Xent, no warm-up"),
     "moco": Method((Stage("moco", views.quadruple, _loss(LOSSES, "momentum_plain"), "moco", NO_QUADRUPLE,
-                          params=tau),), Momentum(),
+                          params=tau),), MOMENTUM,
                    summary="the momentum base: a momentum encoder's keys and a queue of negatives (MoCo)"),
     "moco_moquad": Method((MOCO_APPEARANCE, Stage("moquad", views.quadruple, _loss(LOSSES, "momentum_contrast"),
-                                                  "moco_moquad")), Momentum(),
+                                                  "moco_moquad")), MOMENTUM,
                           summary="MoQuad on the momentum base"),
 }
 
