@@ -1,31 +1,33 @@
 """The momentum-encoder slot of a method (:class:`moquad.train.methods.Momentum`): an EMA copy of the encoder and
 projection head, its EMA schedule, an optional predictor on the online side, and a queue of negative keys.
 
-Design choices (the paper fixes none of them; MoQuad is defined on SimCLR):
+Design choices (the paper fixes none of them; MoQuad is defined on SimCLR; docs/methods.md has the measurements):
 
-- Which views go where: the ANCHOR goes through the online network (the query, with gradients); every other view
-  (the positive, the Intra-Neg and AD-Intra-Neg) through the momentum encoder, without gradients, as MoCo encodes
-  its keys. So ``moco_moquad``'s key is the AD-Pos and its intra negatives are momentum keys too: all negatives of
-  the denominator (batch, queue, intra) then come from one encoder, which keeps their similarities comparable.
-- What enters the queue: only each video's POSITIVE key (one per video, as in MoCo); the intra negatives never do
-  (they are motion-disturbed copies of a video; in the queue they would only be more inter negatives, and stale).
-  The queue stores each key's video index, so a later step never uses a key of the anchor's own video as a
-  negative, and empty slots (the first steps) are masked instead of filled with noise.
+- Which views go where: the slot's routing (:class:`moquad.train.methods.Momentum`). The shipped rows send the
+  ANCHOR through the online network (the query, with gradients) and every other view (the positive, the Intra-Neg
+  and AD-Intra-Neg) through the momentum encoder, without gradients, as MoCo encodes its keys. So ``moco_moquad``'s
+  key is the AD-Pos and its intra negatives are momentum keys too: all negatives of the denominator (batch, queue,
+  intra) then come from one encoder, which keeps their similarities comparable. A symmetric routing (MoCo v3) sends
+  the anchor and the positive both ways.
+- What enters the queue: the keys of the routing's ``queue`` roles: each video's POSITIVE key in the shipped rows
+  (one per video, as in MoCo); the intra negatives never do (motion-disturbed copies of a video: in the queue they
+  would only be more inter negatives, and stale). The queue stores each key's video index, so a later step never
+  uses a key of the anchor's own video as a negative, and empty slots (the first steps) are masked instead of
+  filled with noise; without video ids a queue is an error, never a silent no-op.
+- Predictor (MoCo v3, BYOL): an MLP on the online projections, trained with the network (:class:`Online`).
+- The keys' BatchNorm (``key_bn``, :data:`moquad.config.KEY_BN`): ``groups`` (the rows' choice): each group of
+  ``key_bn_group`` consecutive videos of a rank's batch is encoded in its own forward, so a key is normalised with
+  other statistics than its query (MoCo v1's shuffle-BN; batches are in random order, so a group is a random
+  subset) and a group is the same videos on any number of ranks (never SyncBN); ``batch``: the whole batch (SyncBN
+  under torchrun on GPUs, as MoCo v3); ``running``: eval mode with the online network's running statistics.
 - EMA schedule: ``m(step) = 1 - (1 - m0) * (cos(pi * step / total) + 1) / 2`` (BYOL, MoCo v3): m0 at the start,
-  1 at the end; ``m0 = cfg.momentum`` (0.99, MoCo v3's). The EMA covers parameters; BatchNorm running statistics
-  are the momentum encoder's own (it runs in train mode, as MoCo's key encoder does). The update runs before the
+  1 at the end; ``m0 = cfg.momentum`` (0.99, MoCo v3's). The EMA covers parameters; the update runs before the
   keys are encoded, at every step (MoCo v2 / v3 order).
 - Queue size: ``cfg.queue_size`` (4096 by default: MoCo's 65536 is for a million images; a small dataset wants a
-  queue below its size, e.g. 128 in the CPU evidence). Temperature: the run's ``temperature`` (0.1, the paper's;
-  MoCo v2 uses 0.2).
+  queue below its size, e.g. 128 in the CPU demo's recipe). Temperature: the run's ``temperature``.
 - DDP: keys are gathered from every rank (all_gather, rank order = the global batch's order) before they enter the
   queue, so the queue holds the GLOBAL batch's keys and does not depend on the number of ranks: an elastic resume
   on another number of ranks continues with the same queue (the global batch may not change, as for every run).
-  BatchNorm: SyncBN, as MoCo v3 (not MoCo v1/v2's shuffle-BN): the momentum encoder is a copy of the online model
-  after its SyncBN conversion (``cfg.sync_bn``, on by default on GPUs under torchrun), so keys see global-batch
-  statistics and no rank can tell its own clips apart; shuffle-BN would need a permutation that depends on the
-  number of ranks, which an elastic resume cannot keep. On CPU (gloo) each rank keeps its own BN, as the online
-  model does.
 - Checkpoint: :meth:`MomentumEncoder.state_dict` (EMA weights, queue, its videos and pointer, predictor) is
   saved beside the model, so a resume, mid-epoch too, continues bit for bit.
 """
