@@ -1,11 +1,13 @@
 """Pre-training methods (``cfg.method``): ONE table, :data:`METHODS`; a row is everything a method is.
 
-A :class:`Method` is its stages (Algorithm 1: a method with two stages trains the first, the appearance warm-up of
-Eq. 3, for epochs ``e < warmup_ratio * epochs``, the second after), each stage a view plan (a function of the
-loader settings giving a :class:`moquad.data.views.ViewPlan`: each view's role and the ops that make it) and a
-loss over those roles (:mod:`moquad.train.losses`), and an optional momentum encoder (:mod:`moquad.train.momentum`).
-Adding a method is one row here, its new code in one new module (``tests/test_methods_extension.py`` adds a
-BYOL-style method that way).
+A :class:`Method` is its stages (each of a kind: Algorithm 1 trains the :data:`WARMUP` stage, the appearance task
+of Eq. 3, for epochs ``e < warmup_ratio * epochs``, the :data:`MAIN` one after), each stage a view plan (a function
+of the loader settings giving a :class:`moquad.data.views.ViewPlan`: each view's role and the ops that make it), a
+loss over those roles (:mod:`moquad.train.losses`) and that loss's hyperparameters (``params(cfg)``), and an
+optional momentum encoder with its routing (:class:`Momentum`, :mod:`moquad.train.momentum`). The rest of the
+product asks the row (dilations, candidate counts, help texts); no other module names a method or a stage. Adding
+a method is one row here, its new code in one new module (``tests/test_methods_extension.py`` adds a symmetric
+BYOL and a DINO-style method that way).
 
   - ``moquad``: the appearance warm-up, then MoQuad's quadruple (Eq. 1 / Eq. 4, the ablation switches
     ``loader.ad_pos / intra_neg / ad_intra_neg`` as configured);
@@ -13,8 +15,9 @@ BYOL-style method that way).
     positive at the same random speed, the same one-directional loss, warm-up and mining), so each rung of the
     ladder changes one thing;
   - ``simclr_classic``: SimCLR as published: two clips at ``loader.simclr_dilation``, symmetric NT-Xent, no warm-up;
-  - ``moco``: the MoCo v2/v3-style base: anchor (online) vs its plain positive through the momentum encoder,
-    InfoNCE over the other videos' keys of the global batch and the queue, no warm-up, no mining;
+  - ``moco``: the MoCo v2/v3-style base: anchor (online, through a predictor) vs its plain positive through the
+    momentum encoder (keys normalised in groups), InfoNCE over the other videos' keys of the global batch and the
+    queue, no warm-up, no mining;
   - ``moco_moquad``: MoQuad on that base: the warm-up (Eq. 3 on the momentum base), then the AD-Pos as the key,
     the Intra-Neg and AD-Intra-Neg keys in the denominator, Eq. 4 mining over batch and queue
     (design choices: :mod:`moquad.train.momentum`).
