@@ -24,6 +24,7 @@ from moquad.config import PretrainConfig
 from moquad.models import build_model
 from moquad.train.loop import forward_loss
 from moquad.train.methods import METHODS
+from moquad.train.momentum import Online
 from moquad.train.momentum import build as build_momentum
 from moquad.train.optimizers import make_optimizer, pretrain_optimizer
 
@@ -35,24 +36,26 @@ def _setup(backbone: str, method: str, batch: int, frames: int, size: int, devic
     torch.manual_seed(0)
     cfg, _ = pretrain_optimizer(PretrainConfig(backbone=backbone, queue_size=4096))  # the backbone's optimizer
     model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden).to(device).train()
-    opt = make_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay)
-    m = METHODS[method]
+    m = METHODS[method].configured(cfg)
     momentum = build_momentum(m.momentum, model, cfg) if m.momentum is not None else None
-    roles = QUAD if method.endswith("moquad") else QUAD[:2]
+    if momentum is not None and momentum.predictor is not None:  # as the trainer: the optimizer trains it too
+        model = Online(model, momentum.predictor)
+    stage = m.stages[-1]
+    roles = stage.plan(cfg.loader).roles
     x = torch.randn(batch, len(roles), 3, frames, size, size, device=device)
-    return model, opt, x, roles, m.stages[-1].loss, momentum
+    opt = make_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay)
+    return model, opt, x, roles, stage.loss, momentum, stage.params(cfg)
 
 
 def _step(run, device: str, step: int) -> float:
-    model, opt, x, roles, loss_fn, momentum = run
+    model, opt, x, roles, loss_fn, momentum, params = run
     if device == "cuda":
         torch.cuda.synchronize()
     t = time.perf_counter()
     if momentum is not None:
-        momentum.update(model, step, 1000)
+        momentum.update(model.model if isinstance(model, Online) else model, step, 1000)
     video = torch.arange(x.shape[0], device=device) + step * x.shape[0]
-    loss, _ = forward_loss(model, x, roles, loss_fn, tau=0.1, hard_beta=0.01, hard_alpha=1.5, video=video,
-                           momentum=momentum)
+    loss, _ = forward_loss(model, x, roles, loss_fn, video=video, momentum=momentum, **params)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()

@@ -36,6 +36,25 @@ from record import provenance
 from moquad import config as C
 from moquad import settings
 
+# the momentum slot the momentum variants were first measured with (no predictor, keys normalised over the whole
+# batch): named, so they mean the same whatever the rows adopt
+FIRST_SLOT = ["predictor=false", "key_bn=batch"]
+# the momentum base's sweep: factor -> its --set assignments; SWEPT: the factors (and combinations) run
+SWEEP: dict[str, list[str]] = {
+    "key_bn=groups": ["key_bn=groups"], "key_bn=running": ["key_bn=running"], "symmetric": ["symmetric=true"],
+    "tau=0.2": ["temperature=0.2"], "m0=0.9": ["momentum=0.9"], "m0=0.996": ["momentum=0.996"],
+    "predictor": ["predictor=true"], "lars_lr=4": ["lr=4.0"], "lars_lr=64": ["lr=64.0"],
+    "sgd_lr=1.6": ["optimizer=sgd", "lr=1.6", "weight_decay=1e-4"],
+    "sgd_lr=6.4": ["optimizer=sgd", "lr=6.4", "weight_decay=1e-4"],
+    "adamw_lr=0.016": ["optimizer=adamw", "lr=0.016", "weight_decay=1e-4"],
+    "queue=0": ["queue_size=0"], "queue=32": ["queue_size=32"], "queue=4096": ["queue_size=4096"],
+}
+SWEPT: list[tuple[str, ...]] = [(name,) for name in SWEEP] + [
+    ("predictor", "key_bn=groups"), ("predictor", "key_bn=groups", "symmetric"), ("predictor", "key_bn=groups", "tau=0.2"),
+    ("predictor", "key_bn=groups", "lars_lr=64"), ("predictor", "key_bn=groups", "m0=0.9"),
+    ("predictor", "key_bn=groups", "tau=0.2", "lars_lr=64", "m0=0.9"),
+]
+
 # name -> (method, --set assignments on top of train/cpu_demo.yaml; each names its flip policy and motion ops, so
 # a variant means the same whatever the recipe adopts). "base" is the SimCLR base of the ladder; "paper" MoQuad
 # with the paper's augmentation (speed Intra-Negs, flips per view).
@@ -56,19 +75,30 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "base+shared+diff": ("simclr", ["loader.flip=shared", "model_input=diff"]),
     # the momentum base (moquad.train.momentum; docs/guides/methods.md): MoCo, its Table 4 rungs, MoQuad on it; queue 128
     # keys (about half a demo train split), m0 0.99; "@b8": the same at global batch 8, where a queue should matter
-    "moco": ("moco", ["loader.flip=independent", "queue_size=128"]),
-    "moco+ad_pos": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", "queue_size=128",
+    "moco": ("moco", ["loader.flip=independent", *FIRST_SLOT, "queue_size=128"]),
+    "moco+ad_pos": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", *FIRST_SLOT, "queue_size=128",
                                     "loader.intra_neg=false", "loader.ad_intra_neg=false"]),
     "moco+ad_pos+intra_neg": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent",
-                                              "queue_size=128", "loader.ad_intra_neg=false"]),
-    "moco_moquad": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", "queue_size=128"]),
+                                              *FIRST_SLOT, "queue_size=128", "loader.ad_intra_neg=false"]),
+    "moco_moquad": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", *FIRST_SLOT, "queue_size=128"]),
     # MoQuad on the momentum base with the demo recipe's adopted options (Intra-Negs by speed and time reversal, one
     # flip per quadruple), against "moco" as the README's "adopted" row is against "base"
-    "moco_adopted": ("moco_moquad", ["loader.motion_ops=speed,reverse", "loader.flip=shared", "queue_size=128"]),
+    "moco_adopted": ("moco_moquad", ["loader.motion_ops=speed,reverse", "loader.flip=shared", *FIRST_SLOT, "queue_size=128"]),
+    # the momentum base's sweep (`types`, seed 0; docs/methods.md): "moco" with ONE factor changed, each named as the
+    # setting it changes (the key encoder's BatchNorm, the symmetric loss, tau, m0, the predictor, the optimizer and
+    # its lr, the queue size)
+    # then combinations of them ("moco+predictor+key_bn=groups": both)
+    **{f"moco+{'+'.join(names)}": ("moco", ["loader.flip=independent", *FIRST_SLOT, "queue_size=128",
+                                            *(x for n in names for x in SWEEP[n])]) for names in SWEPT},
+    # each method exactly as `moquad pretrain --recipe train/cpu_demo.yaml --method M` trains it (its row's and the
+    # recipe's settings, nothing set here): the evidence of docs/methods.md
+    **{f"demo-{m}": (m, []) for m in ("simclr", "moquad", "moco", "moco_moquad")},
+    **{f"demo-{m}@b8": (m, ["batch_size=8"]) for m in ("simclr", "moquad", "moco", "moco_moquad")},
     "base@b8": ("simclr", ["loader.flip=independent", "batch_size=8"]),
     "paper@b8": ("moquad", ["loader.motion_ops=speed", "loader.flip=independent", "batch_size=8"]),
-    "moco@b8": ("moco", ["loader.flip=independent", "queue_size=128", "batch_size=8"]),
-    "moco_moquad@b8": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", "queue_size=128",
+    "moco@b8": ("moco", ["loader.flip=independent", *FIRST_SLOT, "queue_size=128", "batch_size=8"]),
+    "moco_moquad@b8": ("moco_moquad", ["loader.motion_ops=speed", "loader.flip=independent", *FIRST_SLOT,
+                                       "queue_size=128",
                                        "batch_size=8"]),
 }
 

@@ -31,6 +31,7 @@ from moquad.errors import MoquadError
 from moquad.preprocess.datasets import DATASETS
 from moquad.quickstart import quickstart as run_quickstart
 from moquad.synth import make_synth
+from moquad.train import methods
 
 app = OneLineTyper(
     add_completion=False,
@@ -204,9 +205,11 @@ def recipes(stage: str | None = typer.Option(None, help="Only this stage's recip
 # ----------------------------------------------------------------------------- stage 2: pretrain
 
 
+METHOD_HELP = methods.help_text()  # from the table: each row's summary
 PRETRAIN_FLAGS = (
     Flag("data"), Flag("split"), Flag("out"), RECIPE,
-    *map(Flag, ("method", "backbone", "model_input", "proj_dim", "proj_hidden", "epochs", "batch_size", "lr",
+    Flag("method", help=f"Pre-training method: {METHOD_HELP}."),
+    *map(Flag, ("backbone", "model_input", "proj_dim", "proj_hidden", "epochs", "batch_size", "lr",
                 "lr_warmup_epochs", "weight_decay", "optimizer", "temperature", "warmup_ratio", "hard_beta",
                 "hard_alpha", "momentum", "queue_size")),
     *(Flag("loader." + k) for k in ("frames", "size", "appearance_op", "motion_ops", "ad_pos", "intra_neg",

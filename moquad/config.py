@@ -241,6 +241,8 @@ def save(cfg: Any, path: str | Path) -> None:
 # ----------------------------------------------------------------------------- the configs
 
 DEVICES = ("auto", "cpu", "cuda")
+# how a momentum encoder normalises its keys (moquad.train.momentum.MomentumEncoder)
+KEY_BN = ("batch", "groups", "running")
 
 
 @dataclass
@@ -335,10 +337,8 @@ class PretrainConfig:
     data: str = rule("", help="Shard folder written by `moquad preprocess`.")
     out: str = rule("runs/pretrain", help="Run folder (checkpoints, logs, config).")
     split: str = rule("train", help="Manifest split to learn from.")
-    method: str = rule("moquad", help="simclr is the ladder's base (MoQuad's sampling and loss, no quadruple parts); "
-                       "simclr_classic: two clips at one dilation, NT-Xent; moco: momentum encoder and queue; "
-                       "moco_moquad: MoQuad on moco.")  # moquad.train.methods.METHODS
-    backbone: str = rule("r3d_18", help="Video encoder.")
+    method: str = rule("moquad", help="Pre-training method.")  # a row of moquad.train.methods.METHODS
+    backbone: str = rule("r3d_18", help="Video encoder (moquad.models.BACKBONES).")
     # moquad.models.backbones.INPUTS; THE default of a model's input, read by every place that builds one
     model_input: str = rule("rgb", help="What the backbone sees (diff: frame differences).")
     proj_dim: int = rule(128, ge=1, help="Output size of the projection head.")
@@ -363,6 +363,15 @@ class PretrainConfig:
     # the momentum encoder of methods that have one (moquad.train.momentum): EMA from m0 (cosine to 1), queue of keys
     momentum: float = rule(0.99, ge=0, le=1, help="Momentum encoder: EMA coefficient m0 at the start (cosine to 1).")
     queue_size: int = rule(4096, ge=0, help="Momentum methods: negative keys kept in the queue.")
+    # the momentum slot's own choices (moquad.train.methods.Momentum); none: the method's row decides
+    symmetric: bool | None = rule(None, help="Momentum methods: the anchor and the positive each query the other's "
+                                  "key (none: the method's choice).")
+    predictor: bool | None = rule(None, help="Momentum methods: an MLP predictor on the online projections (none: "
+                                  "the method's choice).")
+    key_bn: str | None = rule(None, choices=KEY_BN, help="Momentum methods: the BatchNorm statistics of the keys: "
+                              "batch (the whole batch), groups (each key_bn_group videos apart), running (the online "
+                              "network's running statistics); none: the method's choice.")
+    key_bn_group: int = rule(4, ge=1, help="Momentum methods, key_bn groups: videos per BatchNorm group of keys.")
     # None: on when world size > 1 and the backbone has BatchNorm (logged)
     sync_bn: bool | None = rule(None, help="SyncBatchNorm across ranks (none: on with more than one rank and a "
                                 "BatchNorm backbone; GPU processes only; the choice is printed).")

@@ -25,6 +25,7 @@ from moquad import settings
 from moquad.errors import MoquadError
 from moquad.io import atomic_write_text
 from moquad.recipes import RECIPE_ROOT, find_recipe
+from moquad.train.methods import DEMO
 
 KS = (1, 5, 10, 20)  # the ks of eval/cpu_demo.yaml (tests/test_quickstart.py keeps them equal)
 TRAIN_RECIPE, EVAL_RECIPE = "train/cpu_demo.yaml", "eval/cpu_demo.yaml"
@@ -97,7 +98,7 @@ def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per
     raw, shards = out / "data" / "synth", out / "data" / "shards"
 
     console.rule("[bold]1/5 synth: videos whose classes differ only by motion")
-    base = demo_pretrain_config(shards, out, "moquad", epochs, seed, backbone)
+    base = demo_pretrain_config(shards, out, DEMO[-1], epochs, seed, backbone)
     epochs, backbone = base.epochs, base.backbone
     made_with = dict(classes=classes, per_class=per_class, seed=seed, backbone=backbone, epochs=epochs, kind=kind,
                      **SYNTH)
@@ -175,7 +176,7 @@ def _pretrain_all(console: Console, shards: Path, out: Path, epochs: int, seed: 
                   f"{out}/METHOD --seed {seed} --backbone {backbone} --epochs {epochs} --lr-warmup-epochs "
                   f"{max(1, epochs // 20)}")
     checkpoints = {}
-    for method in ("simclr", "moquad"):
+    for method in DEMO:
         cfg = _fit_batch(demo_pretrain_config(shards, out / method, method, epochs, seed, backbone), console)
         last = Path(cfg.out) / "checkpoints" / "last.pt"
         if last.is_file() and _finished(last, cfg.epochs):
@@ -185,7 +186,7 @@ def _pretrain_all(console: Console, shards: Path, out: Path, epochs: int, seed: 
         console.print(f"{method}: curves (loss, lr, Fig. 4 ranks) in {plot_run(cfg.out)}")
     random_ckpt = out / "random" / "checkpoints" / "last.pt"
     if not random_ckpt.is_file():
-        _save_untrained(demo_pretrain_config(shards, out / "random", "simclr", epochs, seed, backbone), random_ckpt)
+        _save_untrained(demo_pretrain_config(shards, out / "random", DEMO[0], epochs, seed, backbone), random_ckpt)
     return {"random init": random_ckpt, **checkpoints}
 
 

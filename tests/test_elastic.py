@@ -39,7 +39,7 @@ def _cfg(data: str, out: str, workers: int, resume: bool, batch: int = GLOBAL, m
 
     return make_cfg(out, data=data, steps_per_epoch=None, epochs=EPOCHS, batch_size=batch, warmup_ratio=0.5,
                     ckpt_every=1, log_every=1, resume=resume, seed=SEED, method=method, queue_size=64,
-                    loader=LoaderConfig(frames=4, size=32, workers=workers, seed=SEED))
+                    key_bn_group=2, loader=LoaderConfig(frames=4, size=32, workers=workers, seed=SEED))
 
 
 def _rank(rank: int, world: int, port: int, data: str, out: str, workers: int, resume: bool, stop_at: int,

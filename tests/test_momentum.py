@@ -20,7 +20,7 @@ from test_loop import fake_loader, make_cfg, train
 from moquad.train import preempt
 from moquad.train.checkpoint import load
 from moquad.train.log import read_log
-from moquad.train.losses import hard_k, momentum_loss
+from moquad.train.losses import momentum_loss
 from moquad.train.momentum import MomentumEncoder
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ def ref_momentum(q, keys, roles, queue, queue_video, videos, tau, beta, alpha):
         inter = [_dot(a, _unit(keys[j, s])) for j in range(b) if videos[j] != videos[i] for s in range(w)]
         inter += [_dot(a, _unit(queue[k])) for k in range(len(queue)) if queue_video[k] >= 0
                   and queue_video[k] != videos[i]]
-        k = hard_k((b - 1) * w + len(queue), beta)
+        k = min(len(inter), max(1, math.floor(beta * len(inter)))) if beta > 0 else 0  # Eq. 4 over ITS negatives
         hard = set(sorted(range(len(inter)), key=lambda n: -inter[n])[:k])
         wi = alpha if k else 1.0
         den = math.exp(s_pos / tau) + sum(wi * math.exp(s / tau) for s in s_intra)
@@ -77,6 +77,57 @@ def test_momentum_loss_matches_the_per_element_formula(roles, beta, alpha):
                         hard_beta=beta, hard_alpha=alpha, video=videos)[0]
     want = ref_momentum(q, keys, roles, queue, queue_video.tolist(), videos.tolist(), 0.2, beta, alpha)
     assert float(got) == pytest.approx(want, rel=1e-5)
+
+
+def eq4_reference(q, pos, negatives, tau, beta, alpha):
+    """Eq. 4 of the paper for ONE anchor, from the list of the negatives that exist for it (no masks): the top
+    K = beta x len(negatives) of them by similarity (floored, at least one: the product's convention) weighted
+    alpha, the others 1; float64 Python."""
+    a = _unit(q)
+    s_pos = _dot(a, _unit(pos))
+    sims = sorted((_dot(a, _unit(n)) for n in negatives), reverse=True)
+    k = max(1, math.floor(beta * len(sims))) if beta > 0 and sims else 0
+    den = math.exp(s_pos / tau) + sum((alpha if r < k else 1.0) * math.exp(s / tau) for r, s in enumerate(sims))
+    return -math.log(math.exp(s_pos / tau) / den)
+
+
+@pytest.mark.parametrize("filled", [0, 3, 10])
+def test_eq4_counts_each_anchors_unmasked_negatives(filled):
+    """Eq. 4's K counts only the negatives an anchor has: its batch's other videos' keys and the queue's FILLED
+    slots of other videos, on an empty, a partly filled and a full queue (the queue's empty slots and a key of the
+    anchor's own video are no negatives)."""
+    g = torch.Generator().manual_seed(7)
+    b, size = 4, 10
+    q = torch.randn(b, 8, generator=g, dtype=torch.float64)
+    keys = torch.randn(b, 1, 8, generator=g, dtype=torch.float64)
+    queue = torch.randn(size, 8, generator=g, dtype=torch.float64)
+    videos = [0, 1, 2, 3]
+    queue_video = [-1] * size
+    for slot in range(filled):
+        queue_video[slot] = [20, 1, 1, 1, 23, 24, 2, 25, 26, 27][slot]  # videos 1, 2: own keys of anchors 1, 2
+    got = momentum_loss(q.float(), keys.float(), ("positive",), queue=queue.float(),
+                        queue_video=torch.tensor(queue_video), tau=0.2, hard_beta=0.25, hard_alpha=3.0,
+                        video=torch.tensor(videos))[0]
+    want = 0.0
+    for i in range(b):
+        negatives = [keys[j, 0] for j in range(b) if j != i]
+        negatives += [queue[k] for k in range(size) if queue_video[k] >= 0 and queue_video[k] != videos[i]]
+        want += eq4_reference(q[i], keys[i, 0], negatives, 0.2, 0.25, 3.0) / b
+    assert float(got) == pytest.approx(want, rel=1e-5)
+
+
+def test_a_queue_without_video_ids_is_an_error_naming_the_fix(tmp_path):
+    """Without ``batch["index"]`` the queue could not mask a video's own keys; it is an error that says what to do,
+    in the loss and in a run (a loader without manifest indices), never a queue that silently does nothing."""
+    g = torch.Generator().manual_seed(8)
+    q, keys, queue = torch.randn(3, 8, generator=g), torch.randn(3, 1, 8, generator=g), torch.randn(5, 8, generator=g)
+    with pytest.raises(ValueError, match=r"batch\['index'\].*queue_size=0"):
+        momentum_loss(q, keys, ("positive",), queue=queue, queue_video=torch.tensor([0, 1, -1, -1, -1]), tau=0.2)
+    with pytest.raises(ValueError, match=r"batch\['index'\].*queue_size=0"):
+        train(_cfg(tmp_path / "run", method="moco", epochs=1), fake_loader, tensorboard=False, progress=False)
+    train(_cfg(tmp_path / "none", method="moco", epochs=1, queue_size=0), fake_loader, tensorboard=False,
+          progress=False)  # no queue: no ids needed
+    assert len(read_log(tmp_path / "none" / "log.jsonl")) == 4
 
 
 def test_global_keys_slice_equals_the_whole_batch():
@@ -169,29 +220,33 @@ def test_a_checkpoint_without_the_momentum_encoder_is_refused(tmp_path):
 # ----------------------------------------------------------------------------- a real 2-process gloo group
 
 
-def _dist_worker(rank: int, world: int, port: int, out_dir: str) -> None:
+def _dist_worker(rank: int, world: int, port: int, out_dir: str, key_bn: str, symmetric: bool) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     from moquad import dist
 
     dist.init("cpu")
     try:
-        torch.save(_momentum_steps(rank, world), os.path.join(out_dir, f"rank{rank}.pt"))
+        torch.save(_momentum_steps(rank, world, key_bn, symmetric), os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.cleanup()
 
 
-def _momentum_steps(rank: int, world: int) -> dict:
-    """Two steps of moco_moquad's loss through forward_loss: loss, gradients, queue (eval-mode BN: a split batch
-    sees the same function)."""
+def _momentum_steps(rank: int, world: int, key_bn: str = "eval", symmetric: bool = False) -> dict:
+    """Two steps of moco_moquad's loss through forward_loss: loss, gradients, queue. The online network in eval mode
+    (a split batch sees the same function); the keys' BatchNorm: ``eval`` (the copy in eval mode), or a mode of
+    ``moquad.config.KEY_BN`` in train mode (``groups``: of 2 videos, so each rank of 2 encodes one group)."""
     from moquad.models import build_model
     from moquad.train.loop import forward_loss
+    from moquad.train.methods import Momentum
     from moquad.train.momentum import MomentumEncoder
 
     torch.manual_seed(0)
     model = build_model("tiny", proj_dim=8, proj_hidden=16).eval()
-    mom = MomentumEncoder(model, 0.9, 6, 8)
-    mom.encoder.eval()
+    mom = MomentumEncoder(model, 0.9, 6, 8, key_bn="batch" if key_bn == "eval" else key_bn,
+                          group=2 if key_bn == "groups" else 0, routing=Momentum().with_symmetric(symmetric))
+    if key_bn == "eval":
+        mom.encoder.eval()
     g = torch.Generator().manual_seed(1)
     out: dict = {"loss": [], "grad": []}
     per = 4 // world
@@ -211,17 +266,24 @@ def _momentum_steps(rank: int, world: int) -> dict:
     return out
 
 
-def test_two_ranks_fill_the_queue_with_the_global_batch(tmp_path):
-    ref = _momentum_steps(0, 1)
-    mp.spawn(_dist_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+@pytest.mark.parametrize("key_bn, symmetric", [("eval", False), ("groups", False), ("running", True)])
+def test_two_ranks_fill_the_queue_with_the_global_batch(tmp_path, key_bn, symmetric):
+    """The keys' BatchNorm modes and the symmetric routing do not make a run depend on the number of ranks: 2 ranks
+    give the losses, gradients and queue of 1 (``groups``: each group's statistics apart, wherever it is encoded;
+    ``running``: no batch statistics)."""
+    ref = _momentum_steps(0, 1, key_bn, symmetric)
+    mp.spawn(_dist_worker, args=(2, free_port(), str(tmp_path), key_bn, symmetric), nprocs=2, join=True)
+    # the queue holds the second step's positive keys (and, symmetric, its anchor keys: two per video) and the
+    # first step's that are not overwritten yet
+    want = [6, 7, 2, 3, 4, 5] if not symmetric else [5, 5, 6, 6, 7, 7]
     for r in range(2):
         got = torch.load(tmp_path / f"rank{r}.pt", weights_only=False)
         assert got["loss"] == pytest.approx(ref["loss"], rel=1e-5)
         for a, b in zip(got["grad"][1], ref["grad"][1]):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
-        assert got["queue_video"].tolist() == ref["queue_video"].tolist() == [6, 7, 2, 3, 4, 5]
+        assert got["queue_video"].tolist() == ref["queue_video"].tolist() == want
         torch.testing.assert_close(got["queue"], ref["queue"], atol=1e-5, rtol=1e-5)
-        assert got["ptr"] == ref["ptr"] == 2
+        assert got["ptr"] == ref["ptr"] == (0 if symmetric else 2)  # 8 keys into 6 slots: the last 6 of them
 
 
 # ----------------------------------------------------------------------------- the CLI
@@ -238,7 +300,8 @@ def test_cli_moco_moquad_resumes_exactly_after_sigterm(tmp_path):
         args = [sys.executable, "-m", "moquad.cli", "pretrain", "--method", "moco_moquad", "--data", str(data),
                 "--out", str(out), "--backbone", "tiny", "--batch-size", "2", "--frames", "4", "--size", "16",
                 "--workers", "0", "--device", "cpu", "--epochs", "3", "--warmup-ratio", "0.34", "--set",
-                "proj_hidden=16", "--set", "queue_size=6", "--set", "loader.dilations=1,2", *extra]
+                "proj_hidden=16", "--set", "queue_size=6", "--set", "key_bn_group=2", "--set", "loader.dilations=1,2",
+                *extra]
         return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
 
@@ -264,3 +327,22 @@ def test_cli_moco_moquad_resumes_exactly_after_sigterm(tmp_path):
     for k in sa["model"]:
         assert torch.equal(sa["model"][k], sb["model"][k]), k
     assert torch.equal(sa["momentum"]["queue"], sb["momentum"]["queue"])
+
+
+def test_key_bn_groups_must_divide_the_per_rank_batch(tmp_path):
+    """Groups of keys that do not divide a rank's batch would be cut differently on another number of ranks: one
+    error at start-up that names the setting."""
+    from moquad.errors import MoquadError
+
+    with pytest.raises(MoquadError, match=r"key_bn_group.*per-rank batch of 4"):
+        train(_cfg(tmp_path / "run", method="moco", key_bn_group=3), _video_loader, tensorboard=False, progress=False)
+
+
+def test_a_queue_as_large_as_the_split_gets_a_line():
+    from moquad.train.loop import queue_advice
+
+    assert queue_advice(128, 280) is None
+    assert queue_advice(4096, 280) == ("the queue of 4096 keys is at least as large as the 280 training videos: it "
+                                       "holds several, mostly stale keys of every video; use --set queue_size=128 "
+                                       "(about half the split) or fewer")
+    assert "queue_size=4 " in queue_advice(8, 8)

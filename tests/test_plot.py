@@ -62,3 +62,39 @@ def test_the_figure_smooths_marks_epochs_and_draws_chance(tmp_path):
     plt.close(fig)
     png = plot_run(run)
     assert png == run / "curves.png" and png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("method, sets", [("moco", {"queue_size": 128}), ("moco_moquad", {"queue_size": 64}),
+                                          ("moco", {"queue_size": 32, "symmetric": True}), ("moquad", {})])
+def test_the_chance_line_is_where_random_embeddings_rank_the_positive(tmp_path, method, sets):
+    """The chance level the plot draws, (candidates + 1) / 2, is within 5 % of the mean rank the run's own loss
+    gives the positive among random embeddings: the stage's views through its routing, the batch's other videos,
+    a full queue (its keys of other videos). Batch 8, the quadruple (moco: anchor and plain positive)."""
+    import torch
+
+    from moquad.train.losses import Projections
+    from moquad.train.methods import MAIN, METHODS, resolve
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = PretrainConfig(data="d", out=str(run), method=method, batch_size=8, **sets)
+    save_config(cfg, run / "config.yaml")
+    row = METHODS[method].configured(cfg)
+    stage = row.stage(MAIN)
+    count = candidates(run, stage.name)
+    roles, slot = stage.plan(cfg.loader).roles, row.momentum
+    g, ranks = torch.Generator().manual_seed(0), []
+    for step in range(200):
+        video = torch.arange(8) + 8 * step
+        if slot is None:
+            p = Projections(torch.randn(8, len(roles), 16, generator=g), roles, video=video)
+        else:
+            on, ky = [r for r in roles if r in slot.online], tuple(r for r in roles if r in slot.keys)
+            p = Projections(torch.randn(8, len(on), 16, generator=g), tuple(on), video=video,
+                            keys=torch.randn(8, len(ky), 16, generator=g), key_roles=ky,
+                            queue=torch.randn(cfg.queue_size, 16, generator=g),
+                            queue_video=torch.arange(cfg.queue_size) + 10_000)
+        ranks.append(float(resolve(stage.loss)(p, **stage.params(cfg))[1]["rank_pos"]))
+    assert abs(np.mean(ranks) - (count + 1) / 2) < 0.05 * (count + 1) / 2, (count, np.mean(ranks))
+    if method == "moco" and not sets.get("symmetric"):
+        assert count == 8 + 128  # the issue's case: batch 8, queue 128 -> chance at 68.5, not 8

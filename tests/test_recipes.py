@@ -207,3 +207,4 @@ def test_list_recipes():
     row = next(r for r in listed if r["name"] == "ucf101_r3d18_moquad")
     assert row["description"] == " ".join(read_recipe_file(ROOT / "train" / "ucf101_r3d18_moquad.yaml")["description"].split())
     assert all(r["description"] for r in listed)
+

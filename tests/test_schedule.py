@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from moquad.train.schedule import lr_schedule, scaled_lr, stage, stage_per_epoch
+from moquad.train.schedule import lr_schedule, scaled_lr
 
 
 def test_linear_scaling():
@@ -32,12 +32,3 @@ def test_schedule_edge_cases():
     assert lr_schedule(1.0, 256, 4, 10).tolist() == pytest.approx([0.0, 0.25, 0.5, 0.75])
     with pytest.raises(ValueError):
         lr_schedule(1.0, 256, 0, 0)
-
-
-def test_algorithm1_stages():
-    modes = stage_per_epoch(200, 0.2)
-    assert modes.count("appearance") == 40 and modes[:40] == ["appearance"] * 40 and modes[40] == "moquad"
-    assert stage_per_epoch(3, 0.2) == ["appearance", "moquad", "moquad"]
-    assert stage_per_epoch(3, 0.0) == ["moquad"] * 3
-    with pytest.raises(ValueError):
-        stage(0, 10, 1.5)

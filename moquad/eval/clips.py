@@ -13,6 +13,7 @@ random square crop, random horizontal flip unless the protocol's ``flip`` is off
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +42,7 @@ class PretrainClip:
     @property
     def dilation(self) -> int:
         """The evaluation dilation of this encoder: the paper's (2) clamped to the range its clips were drawn
-        over, so (1, 2, 4) -> 2, (1, 4) -> 2, (4, 8) -> 4, simclr_classic at 3 -> 3."""
+        over, so (1, 2, 4) -> 2, (1, 4) -> 2, (4, 8) -> 4, a method whose clips are all at ``simclr_dilation`` 3 -> 3."""
         return min(max(EVAL_DILATION, self.dilations[0]), self.dilations[-1])
 
     def fits(self, dilation: int) -> bool:
@@ -64,10 +65,24 @@ def pretrain_clip(config: Mapping[str, Any] | None) -> PretrainClip:
     config = config or {}
     loader = {**{k: getattr(LoaderConfig, k) for k in ("frames", "size", "simclr_dilation")},
               "dilations": LoaderConfig().dilations, **(config.get("loader") or {})}
-    classic = config.get("method") == "simclr_classic"  # two clips at one dilation (moquad.train.methods)
-    dilations = (int(loader["simclr_dilation"]),) if classic else tuple(sorted(int(d) for d in loader["dilations"]))
-    return PretrainClip(int(loader["frames"]), int(loader["size"]), dilations,
+    return PretrainClip(int(loader["frames"]), int(loader["size"]), _dilations(config.get("method"), loader),
                         str(config.get("model_input") or PretrainConfig.model_input))
+
+
+def _dilations(method: Any, loader: Mapping[str, Any]) -> tuple[int, ...]:
+    """The dilations a checkpoint's clips were drawn at: its method's view plans under its loader settings
+    (:meth:`moquad.train.methods.Method.dilations`); the loader's ``dilations`` for a method the table no longer
+    has, or settings this version cannot read."""
+    from moquad.config import ConfigError, update
+    from moquad.train.methods import METHODS
+
+    known = {f.name for f in dataclasses.fields(LoaderConfig)}
+    if method in METHODS:
+        try:
+            return METHODS[method].dilations(update(LoaderConfig(), {k: v for k, v in loader.items() if k in known}))
+        except (ConfigError, ValueError):
+            pass
+    return tuple(sorted(int(d) for d in loader["dilations"]))
 
 
 def resize_short(x: torch.Tensor, size: int) -> torch.Tensor:

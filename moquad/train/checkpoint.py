@@ -3,7 +3,7 @@
 Layout (:func:`build`, the one place it is written): ``{"model", "step", "epoch", "config", "seeds",
 "moquad_version", "git"}``, plus ``"optimizer", "steps_per_epoch", "data_checksum"`` in a training run's and
 ``"momentum"`` (:meth:`moquad.train.momentum.MomentumEncoder.state_dict`: EMA weights, queue, pointer) in a run of a
-method with a momentum encoder;
+method with a momentum encoder, ``"losses"`` (stage name -> state) in one whose loss keeps state (an EMA centre);
 ``step`` counts optimizer steps done, ``epoch`` the epoch the next step belongs to. Evaluation
 rebuilds the model from ``config`` via :func:`load_model`. A file that is not such a dict
 (garbage, truncated, empty, a plain state dict, a pickle ``weights_only`` refuses) raises a
@@ -38,7 +38,8 @@ RESUME_MAY_CHANGE = ("out", "data", "resume", "ckpt_every", "log_every", "device
                      "loader.max_bad_fraction", "loader.max_bad_count")
 # settings added after checkpoints were written: what a run that predates the setting did (resuming such a run
 # compares against this value, so `--set KEY=VALUE` with it continues the run exactly as it was)
-RESUME_ADDED = {"loader.scaled_decode": False, "momentum": 0.99, "queue_size": 4096}
+RESUME_ADDED = {"loader.scaled_decode": False, "momentum": 0.99, "queue_size": 4096, "symmetric": None,
+                "predictor": None, "key_bn": None, "key_bn_group": 4}
 # how torch's zip writer reports a failed write (a full disk, a quota) instead of raising an OSError
 _TORCH_WRITE_FAILED = ("unexpected pos", "PytorchStreamWriter failed", "enforce fail at inline_container")
 
@@ -61,7 +62,8 @@ def git_revision() -> str | None:
 
 def build(cfg: PretrainConfig, model: torch.nn.Module, step: int, epoch: int, *,
           optimizer: torch.optim.Optimizer | None = None, steps_per_epoch: int | None = None,
-          data_checksum: str | None = None, momentum: dict[str, Any] | None = None) -> dict[str, Any]:
+          data_checksum: str | None = None, momentum: dict[str, Any] | None = None,
+          losses: dict[str, Any] | None = None) -> dict[str, Any]:
     """THE checkpoint dict of ``model`` (the plain, unwrapped model) trained under ``cfg``. A training run
     passes ``optimizer`` (then ``steps_per_epoch`` and ``data_checksum`` go in too: what :func:`resume`
     checks); without it, as for the untrained network, the file cannot be resumed."""
@@ -73,6 +75,8 @@ def build(cfg: PretrainConfig, model: torch.nn.Module, step: int, epoch: int, *,
                     data_checksum=data_checksum)
     if momentum is not None:
         ckpt["momentum"] = momentum
+    if losses is not None:
+        ckpt["losses"] = losses
     return ckpt
 
 
@@ -164,9 +168,9 @@ def load_model(path: str | Path) -> tuple[VideoModel, dict[str, Any]]:
 
 
 def resume(cfg: PretrainConfig, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, spe: int,
-           checksum: str | None, momentum: Any = None) -> int:
-    """Load ``path`` when resuming (and its momentum encoder into ``momentum``) and return the step to continue
-    from (0 for a new run)."""
+           checksum: str | None, momentum: Any = None, losses: dict[str, Any] | None = None) -> int:
+    """Load ``path`` when resuming (its momentum encoder into ``momentum``, the state of each stateful stage loss
+    into ``losses``, by stage name) and return the step to continue from (0 for a new run)."""
     if not path.is_file():
         return 0
     if not cfg.resume:
@@ -187,6 +191,9 @@ def resume(cfg: PretrainConfig, path: Path, model: torch.nn.Module, optimizer: t
     optimizer.load_state_dict(ckpt["optimizer"])
     if momentum is not None:
         momentum.load_state_dict(ckpt["momentum"])
+    for name, state in (ckpt.get("losses") or {}).items():
+        if hasattr((losses or {}).get(name), "load_state_dict"):
+            losses[name].load_state_dict(state)
     return int(ckpt["step"])
 
 

@@ -42,11 +42,11 @@ from moquad.models import build_model
 from moquad.train import checkpoint, preempt
 from moquad.train.log import RunLogger
 from moquad.train.losses import Projections
-from moquad.train.methods import METHODS, Stage, resolve
+from moquad.train.methods import METHODS, Method, Stage, resolve
 from moquad.train.momentum import MomentumEncoder, Online, gather_keys
 from moquad.train.momentum import build as build_momentum
 from moquad.train.optimizers import make_optimizer, pretrain_optimizer
-from moquad.train.schedule import lr_schedule, stage_per_epoch
+from moquad.train.schedule import lr_schedule
 
 
 def _project(model: nn.Module, views: torch.Tensor) -> torch.Tensor:
@@ -69,36 +69,56 @@ def forward_loss(
     loss: str | Callable,
     *,
     video: torch.Tensor | None = None,
-    tau: float,
-    hard_beta: float,
-    hard_alpha: float,
     momentum: MomentumEncoder | None = None,
+    **params: Any,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss of one batch: ``views`` (B, V, 3, T, H, W) normalised float on the model's device, their ``roles``,
-    the stage's ``loss`` (:class:`moquad.train.methods.Stage`).
+    the stage's ``loss`` (:class:`moquad.train.methods.Stage`) and its hyperparameters ``params``
+    (``Stage.params(cfg)``).
 
     Without a momentum encoder every view goes through ``model`` and the projections (and the videos' manifest
-    indices ``video``, for same-video masking) of the whole global batch are gathered under DDP. With one, the
-    anchors (view 0) go through ``model`` and the other views through ``momentum`` (keys, gathered under DDP);
-    the global batch's positive keys then enter its queue (:mod:`moquad.train.momentum`).
+    indices ``video``, for same-video masking) of the whole global batch are gathered under DDP. With one, its
+    routing (:class:`moquad.train.methods.Momentum`) says which views go through ``model`` (the queries), which
+    through ``momentum`` (keys, gathered under DDP) and whose keys of the global batch then enter its queue.
     """
     fn, b, roles = resolve(loss), views.shape[0], tuple(roles)
+    fn = fn() if isinstance(fn, type) else fn  # a stateful loss called once, outside a run
     offset = dist.get_rank() * b
     video_global = dist.gather_ids(video) if video is not None and dist.is_dist() else None
     if momentum is None:
         z = _project(model, views)
         p = Projections(z, roles, dist.gather(z) if dist.is_dist() else None, offset, video, video_global)
-        return fn(p, tau=tau, hard_beta=hard_beta, hard_alpha=hard_alpha)
-    if roles[0] != "anchor" or "positive" not in roles[1:]:
-        raise ValueError(f"a momentum method needs the anchor first and a positive among the keys, got roles {roles}")
-    keys = _project(momentum.encode, views[:, 1:])
+        return fn(p, **params)
+    route = momentum.routing
+    on = [i for i, r in enumerate(roles) if r in route.online]
+    ky = [i for i, r in enumerate(roles) if r in route.keys]
+    if not on or not ky:
+        raise ValueError(f"the momentum routing (online {route.online}, keys {route.keys}) needs a query and a key "
+                         f"among the views' roles {roles}")
+    keys = _keys(momentum, views[:, ky])
     keys_global = gather_keys(keys)
     queued = momentum.queue.shape[0] > 0
-    p = Projections(_project(model, views[:, :1]), roles[:1], None, offset, video, video_global, keys, roles[1:],
-                    keys_global, momentum.queue if queued else None, momentum.queue_video if queued else None)
-    out = fn(p, tau=tau, hard_beta=hard_beta, hard_alpha=hard_alpha)
-    momentum.enqueue(keys_global[:, roles[1:].index("positive")], video_global if video_global is not None else video)
+    key_roles = tuple(roles[i] for i in ky)
+    p = Projections(_project(model, views[:, on]), tuple(roles[i] for i in on), None, offset, video, video_global,
+                    keys, key_roles, keys_global, momentum.queue if queued else None,
+                    momentum.queue_video if queued else None)
+    out = fn(p, **params)
+    if queued:
+        enq = [j for j, r in enumerate(key_roles) if r in route.queue]
+        ids = video_global if video_global is not None else video
+        momentum.enqueue(keys_global[:, enq].reshape(-1, keys_global.shape[-1]),
+                         None if ids is None else ids.repeat_interleave(len(enq)))
     return out
+
+
+def _keys(momentum: MomentumEncoder, views: torch.Tensor) -> torch.Tensor:
+    """The momentum encoder's projections (B, W, D) of ``views`` (B, W, ...): in one forward, or one per group of
+    ``momentum.group`` videos (``key_bn="groups"``: each group's BatchNorm statistics apart)."""
+    step = momentum.group or views.shape[0]
+    if views.shape[0] % step:
+        raise ValueError(f"key_bn groups of {step} videos do not divide this rank's batch of {views.shape[0]}; set "
+                         "key_bn_group to a divisor of the per-rank batch")
+    return torch.cat([_project(momentum.encode, views[i:i + step]) for i in range(0, views.shape[0], step)])
 
 
 @dataclass
@@ -120,6 +140,7 @@ class Trainer:
     bad_log: Path
     momentum: MomentumEncoder | None = None  # the method's momentum slot
     data: Any = None  # what make_loader reads: the run's RunLoader (built once, workers kept across epochs)
+    losses: dict[str, Callable] | None = None  # each stage's loss (by stage name): a function or a stateful one
     progress: Any = None
     task: Any = None
 
@@ -184,18 +205,23 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
     model = build_model(cfg.backbone, cfg.proj_dim, cfg.proj_hidden, cfg.model_input).to(device)
     if device.type == "cuda":
         model = model.to(memory_format=torch.channels_last_3d)
-    method = METHODS[cfg.method]
+    method = METHODS[cfg.method].configured(cfg)
     momentum = build_momentum(method.momentum, model, cfg) if method.momentum is not None else None
+    if momentum is not None and momentum.group and (cfg.batch_size // world) % momentum.group:
+        raise MoquadError(f"the keys' BatchNorm groups of {momentum.group} videos (key_bn_group) do not divide the "
+                          f"per-rank batch of {cfg.batch_size // world} (global {cfg.batch_size} over {world} "
+                          "processes); set --set key_bn_group=N with N dividing it (at least 2), or --set key_bn=batch")
     predictor = momentum.predictor if momentum is not None else None
     optimizer = make_optimizer(model if predictor is None else Online(model, predictor), cfg.optimizer, 0.0,
                                cfg.weight_decay)
     lrs = lr_schedule(cfg.lr, cfg.batch_size, cfg.epochs * spe, round(cfg.lr_warmup_epochs * spe))
-    stages = [method.stage(s) for s in stage_per_epoch(cfg.epochs, cfg.warmup_ratio if method.warmup else 0.0)]
+    stages = method.epoch_stages(cfg.epochs, cfg.warmup_ratio)
+    losses = _stage_losses(method, device)
     # ------------------------------------------------------------ resume
     run = Path(cfg.out)
     if main:
         remove_stale_temps(run / "checkpoints")  # left by a crash or a full disk
-    start = checkpoint.resume(cfg, run / "checkpoints" / "last.pt", model, optimizer, spe, checksum, momentum)
+    start = checkpoint.resume(cfg, run / "checkpoints" / "last.pt", model, optimizer, spe, checksum, momentum, losses)
     if main:
         report()
         print(optimizer_line, flush=True)
@@ -208,7 +234,7 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
         Console(stderr=True).print(f"pretrain: {why}")
     if sync_bn:
         model = core = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-        if momentum is not None:
+        if momentum is not None and momentum.key_bn == "batch":  # groups: each group's own statistics, on any rank
             momentum.encoder = nn.SyncBatchNorm.convert_sync_batchnorm(momentum.encoder)
     if predictor is not None:
         model = Online(core, predictor)
@@ -221,9 +247,26 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
         logger = RunLogger(run, start_step=start, tensorboard=tensorboard)
         _cut_bad_log(run / "bad_samples.jsonl", start)
     t = Trainer(cfg, info, model, core, optimizer, lrs, stages, spe, start, run, checksum, logger,
-                run / "bad_samples.jsonl", momentum, data)
+                run / "bad_samples.jsonl", momentum, data, losses)
     t.progress, t.task = _progress(main and progress, t.total, start, spe, cfg.batch_size)
     return t
+
+
+def _stage_losses(method: Method, device: torch.device) -> dict[str, Callable]:
+    """Each stage's loss, by stage name: the function it names, or the one instance per run of a stateful loss
+    (a class: its state goes into the checkpoint, :func:`loss_states`)."""
+    out: dict[str, Callable] = {}
+    for stage in method.stages:
+        fn = resolve(stage.loss)
+        out[stage.name] = fn().to(device) if isinstance(fn, type) and issubclass(fn, nn.Module) else \
+            fn() if isinstance(fn, type) else fn
+    return out
+
+
+def loss_states(losses: dict[str, Callable] | None) -> dict[str, Any] | None:
+    """The state of each stateful stage loss (one with ``state_dict``), by stage name; None when there is none."""
+    states = {name: fn.state_dict() for name, fn in (losses or {}).items() if hasattr(fn, "state_dict")}
+    return states or None
 
 
 def _data_plan(cfg: PretrainConfig, info: dist.DistInfo) -> tuple[int, str, Callable[[], None], Any]:
@@ -263,6 +306,21 @@ def _report(cfg: PretrainConfig, videos: int, spe: int, unfit: dict[int, int]) -
     if total < MIN_STEPS:
         console.print(f"[yellow]warning:[/] {small_run_advice(videos, cfg.batch_size, cfg.epochs)}", highlight=False,
                       soft_wrap=True)
+    slot = METHODS[cfg.method].configured(cfg).momentum
+    advice = queue_advice(cfg.queue_size, videos) if slot is not None and slot.queue else None
+    if advice:
+        console.print(f"[yellow]warning:[/] {advice}", highlight=False, soft_wrap=True)
+
+
+def queue_advice(queue: int, videos: int) -> str | None:
+    """The start-up line of a queue at least as large as the training split (None: it is smaller): it then holds
+    several keys of every video, most of them stale; the suggestion is the largest power of two up to half the
+    split (at least 1)."""
+    if queue < videos:
+        return None
+    size = 1 << max(0, (videos // 2).bit_length() - 1)
+    return (f"the queue of {queue} keys is at least as large as the {videos} training videos: it holds several, "
+            f"mostly stale keys of every video; use --set queue_size={size} (about half the split) or fewer")
 
 
 MIN_STEPS = 50  # fewer optimizer steps than this: the start-up report warns (a contrastive loss barely moves)
@@ -295,7 +353,8 @@ def save_checkpoint(t: Trainer, step: int, epoch: int) -> None:
         return
     checkpoint.save(checkpoint.build(t.cfg, t.core, step, epoch, optimizer=t.optimizer, steps_per_epoch=t.spe,
                                      data_checksum=t.data_checksum,
-                                     momentum=t.momentum.state_dict() if t.momentum is not None else None),
+                                     momentum=t.momentum.state_dict() if t.momentum is not None else None,
+                                     losses=loss_states(t.losses)),
                     t.ckpt_path)
 
 
@@ -326,8 +385,8 @@ def train_one_epoch(t: Trainer, epoch: int) -> None:
         video = batch["index"].to(device, non_blocking=True) if "index" in batch else None
         if t.momentum is not None:
             t.momentum.update(t.core, step, t.total)
-        loss, stats = forward_loss(t.model, views, batch["roles"], stage.loss, video=video, tau=cfg.temperature,
-                                   hard_beta=cfg.hard_beta, hard_alpha=cfg.hard_alpha, momentum=t.momentum)
+        loss, stats = forward_loss(t.model, views, batch["roles"], t.losses[stage.name], video=video,
+                                   momentum=t.momentum, **stage.params(cfg))
         t.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         t.optimizer.step()
@@ -418,7 +477,7 @@ def _log_step(t: Trainer, epoch: int, stage: Stage, done: int, lr: float, w: _Wi
     if t.logger is None:
         return stop
     n, dt = max(sums[3] / world, 1.0), max(time.perf_counter() - w.start, 1e-9)
-    rec = {"epoch": epoch, "mode": stage.name, "loss": sums[0] / sums[3], "lr": lr, "clips_per_s": w.clips / dt,
+    rec = {"epoch": epoch, "mode": stage.name, "stage": stage.kind, "loss": sums[0] / sums[3], "lr": lr, "clips_per_s": w.clips / dt,
            "data_wait": min(1.0, w.wait / dt), "rank_ad_pos": sums[1] / sums[3],
            "rank_intra_neg": sums[2] / sums[3] if math.isfinite(sums[2]) else float("nan"),
            "bad_samples": int(sums[4]), "steps": int(n), "time": time.time()}

@@ -9,7 +9,7 @@
   given (method ``moco_moquad``).
 
 A method's stage names its loss (:data:`moquad.train.methods.METHODS`): one of the step losses at the end of this
-module, each ``loss(p: Projections, *, tau, hard_beta, hard_alpha) -> (loss, Fig. 4 ranks)``. Views reach a loss
+module, each ``loss(p: Projections, **params) -> (loss, Fig. 4 ranks)`` with the stage's own ``params``. Views reach a loss
 with their ROLES (``anchor``, ``positive``, ``intra_negative``: :data:`moquad.data.views.ROLES`), never names.
 
 Conventions shared by all:
@@ -46,6 +46,9 @@ import torch
 import torch.nn.functional as F
 
 QUAD_ROLES = ("anchor", "positive", "intra_negative", "intra_negative")  # MoQuad's A, AD-Pos, N, N-bar
+# a queue keeps each key's video to mask the anchor's own: without the ids it would silently do nothing
+NO_VIDEO_IDS = ("a momentum queue needs each video's manifest index (batch['index'], as moquad's loader gives): a "
+                "custom loader must add it, or run without a queue (--set queue_size=0)")
 
 
 def hard_k(num_inter: int, beta: float) -> int:
@@ -109,14 +112,33 @@ def _quad(
     return _contrast(s_pos, s_intra, s_inter, hard_k((g - 1) * v, hard_beta), tau, hard_alpha)
 
 
-def _contrast(s_pos: torch.Tensor, s_intra: torch.Tensor, s_inter: torch.Tensor, k: int, tau: float,
+def hard_k_per_anchor(s_inter: torch.Tensor, beta: float) -> torch.Tensor:
+    """Eq. 4's K of each anchor (B,) over ITS inter negatives: the finite entries of its row of ``s_inter`` (a
+    masked one, -inf, is none: the anchor's own video, an empty queue slot); :func:`hard_k` of that count."""
+    n = torch.isfinite(s_inter).sum(1)
+    if beta <= 0:
+        return torch.zeros_like(n)
+    k = torch.clamp((beta * n.double()).floor().long(), min=1)  # float64: the same floor as hard_k's Python float
+    return torch.minimum(k, n)
+
+
+def _contrast(s_pos: torch.Tensor, s_intra: torch.Tensor, s_inter: torch.Tensor, k: int | torch.Tensor, tau: float,
               hard_alpha: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """THE InfoNCE of every loss here: cosine similarities of each anchor to its positive (B,), intra negatives
     (B, I) and inter negatives (B, N; -inf = masked); Eq. 4 weights alpha on the ``k`` most similar inter negatives
-    and on every intra negative when ``k > 0``. Returns the mean loss and the Fig. 4 ranks."""
+    and on every intra negative when ``k > 0`` (``k``: one count for all anchors, or each anchor's (B,): then its
+    weights apply where its own count is positive). Returns the mean loss and the Fig. 4 ranks."""
     log_w_inter = torch.zeros_like(s_inter)
-    log_w_intra = 0.0
-    if k > 0:
+    log_w_intra: float | torch.Tensor = 0.0
+    if isinstance(k, torch.Tensor):
+        kmax = int(k.max()) if k.numel() else 0
+        if kmax > 0:
+            log_alpha = math.log(hard_alpha)
+            top = s_inter.detach().topk(kmax, dim=1).indices
+            first = torch.arange(kmax, device=k.device)[None, :] < k[:, None]  # the first k_i of each row
+            log_w_inter = log_w_inter.scatter(1, top, first.to(s_inter.dtype) * log_alpha)
+            log_w_intra = (k > 0).to(s_intra.dtype)[:, None] * log_alpha
+    elif k > 0:
         log_alpha = math.log(hard_alpha)
         top = s_inter.detach().topk(k, dim=1).indices
         log_w_inter = log_w_inter.scatter(1, top, log_alpha)
@@ -224,8 +246,9 @@ def momentum_loss(
     momentum encoder's keys ``keys`` (B, W, D) of the same videos' other views (``key_roles``: one ``positive``,
     any ``intra_negative``), the keys of every OTHER video of the global batch (``keys_global`` (G, W, D), all W
     views) and the ``queue`` (K, D) of earlier keys, whose ``queue_video`` (K,) holds each key's video (-1: an
-    empty slot; both are masked, as is the anchor's own video). Eq. 4 (``hard_beta > 0``) mines the top
-    ``hard_beta`` share of the batch's and queue's negatives together and weights the intra negatives alpha."""
+    empty slot; both are masked, as is the anchor's own video; a queue without video ids is an error). Eq. 4
+    (``hard_beta > 0``) mines the top ``hard_beta`` share of each anchor's unmasked negatives of batch and queue
+    together (:func:`hard_k_per_anchor`) and weights the intra negatives alpha."""
     if q.dim() != 2 or keys.dim() != 3 or keys.shape[:1] != q.shape[:1] or keys.shape[1] != len(key_roles):
         raise ValueError(f"need queries (B, D) and keys (B, {len(key_roles)}, D), got {tuple(q.shape)}, "
                          f"{tuple(keys.shape)}")
@@ -237,14 +260,15 @@ def momentum_loss(
     s_intra = torch.einsum("bd,bkd->bk", qn, kl[:, [i - 1 for i in intra]]) if intra else qn.new_zeros(b, 0)
     own = same_video(b, g, offset, video, video_global, qn.device)
     s_batch = (qn @ kg.reshape(g * w, -1).T).reshape(b, g, w).masked_fill(own[:, :, None], float("-inf"))
-    parts, count = [s_batch.reshape(b, g * w)], (g - 1) * w
+    parts = [s_batch.reshape(b, g * w)]
     if queue is not None and queue.shape[0]:
-        qv = queue_video if queue_video is not None else torch.zeros(queue.shape[0], dtype=torch.int64)
-        mine = video if video is not None else torch.full((b,), -2, dtype=torch.int64)
-        masked = (qv.to(qn.device)[None, :] < 0) | (qv.to(qn.device)[None, :] == mine.to(qn.device)[:, None])
+        if video is None or queue_video is None:
+            raise ValueError(NO_VIDEO_IDS)
+        qv = queue_video.to(qn.device)
+        masked = (qv[None, :] < 0) | (qv[None, :] == video.to(qn.device)[:, None])
         parts.append((qn @ F.normalize(queue.float(), dim=-1).T).masked_fill(masked, float("-inf")))
-        count += queue.shape[0]
-    return _contrast(s_pos, s_intra, torch.cat(parts, dim=1), hard_k(count, hard_beta), tau, hard_alpha)
+    s_inter = torch.cat(parts, dim=1)
+    return _contrast(s_pos, s_intra, s_inter, hard_k_per_anchor(s_inter, hard_beta), tau, hard_alpha)
 
 
 @dataclass
@@ -273,29 +297,47 @@ class Projections:
         return {"z_global": self.z_global, "offset": self.offset, "video": self.video, "video_global": self.video_global}
 
 
-# the step losses a method's stage names: (Projections, tau=, hard_beta=, hard_alpha=) -> (loss, Fig. 4 ranks)
+# the step losses a method's stage names: (Projections, **its params) -> (loss, Fig. 4 ranks); the stage's ``params``
+# (moquad.train.methods.Stage) reads them from the config: ``tau`` and, where Eq. 4 mines, ``hard_beta, hard_alpha``
 def quadruple(p: Projections, *, tau: float, hard_beta: float, hard_alpha: float):
     """Eq. 1 / Eq. 4 over the views' roles (MoQuad, and the SimCLR base of the ladder)."""
     return moquad_loss(p.z, p.roles, tau=tau, hard_beta=hard_beta, hard_alpha=hard_alpha, **p.masks())
 
 
-def speed_pair(p: Projections, *, tau: float, hard_beta: float, hard_alpha: float):
+def speed_pair(p: Projections, *, tau: float):
     """Eq. 3, the appearance warm-up task (no mining)."""
     return appearance_loss(p.z, tau=tau, **p.masks())
 
 
-def nt_xent(p: Projections, *, tau: float, hard_beta: float, hard_alpha: float):
+def nt_xent(p: Projections, *, tau: float):
     """Classic SimCLR's symmetric NT-Xent."""
     return nt_xent_loss(p.z, tau=tau, **p.masks())
 
 
+# a query's positive key under a symmetric routing (moquad.train.methods.Momentum): each of the pair queries the other
+PARTNER = {"anchor": "positive", "positive": "anchor"}
+
+
 def momentum_contrast(p: Projections, *, tau: float, hard_beta: float, hard_alpha: float):
-    """:func:`momentum_loss` of the anchors (view 0 of ``z``) against the keys, batch and queue, Eq. 4 mining."""
-    return momentum_loss(p.z[:, 0], p.keys, p.key_roles, keys_global=p.keys_global, offset=p.offset, queue=p.queue,
-                         queue_video=p.queue_video, tau=tau, hard_beta=hard_beta, hard_alpha=hard_alpha,
-                         video=p.video, video_global=p.video_global)
+    """:func:`momentum_loss` of each online view (``p.roles``: the anchor, and under a symmetric routing the
+    positive too) against the keys, batch and queue, Eq. 4 mining; the mean over the queries (MoCo v3's symmetric
+    loss when there are two). A query's positive is its :data:`PARTNER`'s key; the key of its own view (the same
+    clip) is no candidate, for its video nor for the others (MoCo v3: ``ctr(q1, k2)`` ranks ``k2`` keys only)."""
+    out = []
+    for j, role in enumerate(p.roles):
+        keep = [i for i, r in enumerate(p.key_roles) if r != role]
+        roles = tuple("positive" if p.key_roles[i] == PARTNER[role] else p.key_roles[i] for i in keep)
+        whole = len(keep) == len(p.key_roles)
+        out.append(momentum_loss(
+            p.z[:, j], p.keys if whole else p.keys[:, keep], roles,
+            keys_global=p.keys_global if whole or p.keys_global is None else p.keys_global[:, keep], offset=p.offset,
+            queue=p.queue, queue_video=p.queue_video, tau=tau, hard_beta=hard_beta, hard_alpha=hard_alpha,
+            video=p.video, video_global=p.video_global))
+    if len(out) == 1:
+        return out[0]
+    return torch.stack([loss for loss, _ in out]).mean(), out[0][1]  # the ranks: the anchor's queries (Fig. 4)
 
 
-def momentum_plain(p: Projections, *, tau: float, hard_beta: float, hard_alpha: float):
+def momentum_plain(p: Projections, *, tau: float):
     """:func:`momentum_loss` without mining (Eq. 1 weights): the MoCo base, and the warm-up task on it."""
     return momentum_contrast(p, tau=tau, hard_beta=0.0, hard_alpha=1.0)

@@ -1,31 +1,33 @@
 """The momentum-encoder slot of a method (:class:`moquad.train.methods.Momentum`): an EMA copy of the encoder and
 projection head, its EMA schedule, an optional predictor on the online side, and a queue of negative keys.
 
-Design choices (the paper fixes none of them; MoQuad is defined on SimCLR):
+Design choices (the paper fixes none of them; MoQuad is defined on SimCLR; docs/methods.md has the measurements):
 
-- Which views go where: the ANCHOR goes through the online network (the query, with gradients); every other view
-  (the positive, the Intra-Neg and AD-Intra-Neg) through the momentum encoder, without gradients, as MoCo encodes
-  its keys. So ``moco_moquad``'s key is the AD-Pos and its intra negatives are momentum keys too: all negatives of
-  the denominator (batch, queue, intra) then come from one encoder, which keeps their similarities comparable.
-- What enters the queue: only each video's POSITIVE key (one per video, as in MoCo); the intra negatives never do
-  (they are motion-disturbed copies of a video; in the queue they would only be more inter negatives, and stale).
-  The queue stores each key's video index, so a later step never uses a key of the anchor's own video as a
-  negative, and empty slots (the first steps) are masked instead of filled with noise.
+- Which views go where: the slot's routing (:class:`moquad.train.methods.Momentum`). The shipped rows send the
+  ANCHOR through the online network (the query, with gradients) and every other view (the positive, the Intra-Neg
+  and AD-Intra-Neg) through the momentum encoder, without gradients, as MoCo encodes its keys. So ``moco_moquad``'s
+  key is the AD-Pos and its intra negatives are momentum keys too: all negatives of the denominator (batch, queue,
+  intra) then come from one encoder, which keeps their similarities comparable. A symmetric routing (MoCo v3) sends
+  the anchor and the positive both ways.
+- What enters the queue: the keys of the routing's ``queue`` roles: each video's POSITIVE key in the shipped rows
+  (one per video, as in MoCo); the intra negatives never do (motion-disturbed copies of a video: in the queue they
+  would only be more inter negatives, and stale). The queue stores each key's video index, so a later step never
+  uses a key of the anchor's own video as a negative, and empty slots (the first steps) are masked instead of
+  filled with noise; without video ids a queue is an error, never a silent no-op.
+- Predictor (MoCo v3, BYOL): an MLP on the online projections, trained with the network (:class:`Online`).
+- The keys' BatchNorm (``key_bn``, :data:`moquad.config.KEY_BN`): ``groups`` (the rows' choice): each group of
+  ``key_bn_group`` consecutive videos of a rank's batch is encoded in its own forward, so a key is normalised with
+  other statistics than its query (MoCo v1's shuffle-BN; batches are in random order, so a group is a random
+  subset) and a group is the same videos on any number of ranks (never SyncBN); ``batch``: the whole batch (SyncBN
+  under torchrun on GPUs, as MoCo v3); ``running``: eval mode with the online network's running statistics.
 - EMA schedule: ``m(step) = 1 - (1 - m0) * (cos(pi * step / total) + 1) / 2`` (BYOL, MoCo v3): m0 at the start,
-  1 at the end; ``m0 = cfg.momentum`` (0.99, MoCo v3's). The EMA covers parameters; BatchNorm running statistics
-  are the momentum encoder's own (it runs in train mode, as MoCo's key encoder does). The update runs before the
+  1 at the end; ``m0 = cfg.momentum`` (0.99, MoCo v3's). The EMA covers parameters; the update runs before the
   keys are encoded, at every step (MoCo v2 / v3 order).
 - Queue size: ``cfg.queue_size`` (4096 by default: MoCo's 65536 is for a million images; a small dataset wants a
-  queue below its size, e.g. 128 in the CPU evidence). Temperature: the run's ``temperature`` (0.1, the paper's;
-  MoCo v2 uses 0.2).
+  queue below its size, e.g. 128 in the CPU demo's recipe). Temperature: the run's ``temperature``.
 - DDP: keys are gathered from every rank (all_gather, rank order = the global batch's order) before they enter the
   queue, so the queue holds the GLOBAL batch's keys and does not depend on the number of ranks: an elastic resume
   on another number of ranks continues with the same queue (the global batch may not change, as for every run).
-  BatchNorm: SyncBN, as MoCo v3 (not MoCo v1/v2's shuffle-BN): the momentum encoder is a copy of the online model
-  after its SyncBN conversion (``cfg.sync_bn``, on by default on GPUs under torchrun), so keys see global-batch
-  statistics and no rank can tell its own clips apart; shuffle-BN would need a permutation that depends on the
-  number of ranks, which an elastic resume cannot keep. On CPU (gloo) each rank keeps its own BN, as the online
-  model does.
 - Checkpoint: :meth:`MomentumEncoder.state_dict` (EMA weights, queue, its videos and pointer, predictor) is
   saved beside the model, so a resume, mid-epoch too, continues bit for bit.
 """
@@ -40,6 +42,8 @@ from torch import nn
 
 from moquad import dist
 from moquad.models.heads import ProjectionHead
+from moquad.train.losses import NO_VIDEO_IDS
+from moquad.train.methods import Momentum
 
 
 class Online(nn.Module):
@@ -54,11 +58,21 @@ class Online(nn.Module):
 
 
 class MomentumEncoder:
-    """EMA copy of ``model`` (encoder + projection), the EMA schedule and the queue (``queue_size`` 0: none)."""
+    """EMA copy of ``model`` (encoder + projection), the EMA schedule and the queue (``queue_size`` 0: none).
 
-    def __init__(self, model: nn.Module, m0: float, queue_size: int, dim: int, predictor: nn.Module | None = None):
+    ``key_bn`` (:data:`moquad.config.KEY_BN`): ``batch``: the copy normalises the keys with their batch's statistics
+    (train mode); ``groups``: with the statistics of each ``group`` consecutive videos apart (the trainer encodes
+    each group in its own forward; batches are in random order, so a group is a random subset of the batch);
+    ``running``: in eval mode, with the online network's running statistics (copied at each update), so a key does
+    not depend on the other clips of its batch at all."""
+
+    def __init__(self, model: nn.Module, m0: float, queue_size: int, dim: int, predictor: nn.Module | None = None,
+                 key_bn: str = "batch", group: int = 0, routing: Momentum | None = None):
         self.encoder = copy.deepcopy(model).requires_grad_(False)
-        self.m0, self.predictor = m0, predictor
+        self.m0, self.predictor, self.key_bn, self.group = m0, predictor, key_bn, group
+        self.routing = routing or Momentum()  # which roles go online, to this copy, into the queue
+        if key_bn == "running":
+            self.encoder.eval()
         device = next(model.parameters()).device
         self.queue = torch.zeros(queue_size, dim, device=device)
         self.queue_video = torch.full((queue_size,), -1, dtype=torch.int64, device=device)
@@ -70,10 +84,14 @@ class MomentumEncoder:
 
     @torch.no_grad()
     def update(self, model: nn.Module, step: int, total: int) -> None:
-        """EMA step of the parameters toward ``model``'s (the plain online model, same structure)."""
+        """EMA step of the parameters toward ``model``'s (the plain online model, same structure); with
+        ``key_bn="running"`` the copy also takes the online network's BatchNorm statistics."""
         m = self.momentum(step, total)
         for pe, po in zip(self.encoder.parameters(), model.parameters()):
             pe.mul_(m).add_(po.detach(), alpha=1.0 - m)
+        if self.key_bn == "running":
+            for be, bo in zip(self.encoder.buffers(), model.buffers()):
+                be.copy_(bo)
 
     @torch.no_grad()
     def encode(self, x: torch.Tensor) -> torch.Tensor:
@@ -81,12 +99,13 @@ class MomentumEncoder:
 
     @torch.no_grad()
     def enqueue(self, keys: torch.Tensor, video: torch.Tensor | None) -> None:
-        """Write the global batch's keys (G, D) (and their videos) at the pointer, wrapping around."""
+        """Write the global batch's keys (G, D) and their videos (G,) at the pointer, wrapping around."""
         k = self.queue.shape[0]
         if k == 0:
             return
-        keys = keys.detach().float()[-k:]
-        video = torch.full((len(keys),), -2, dtype=torch.int64) if video is None else video[-k:]
+        if video is None:
+            raise ValueError(NO_VIDEO_IDS)
+        keys, video = keys.detach().float()[-k:], video[-k:]
         rows = (self.ptr + torch.arange(len(keys))) % k
         self.queue[rows.to(self.queue.device)] = keys.to(self.queue.device)
         self.queue_video[rows.to(self.queue.device)] = video.to(self.queue.device)
@@ -112,11 +131,14 @@ class MomentumEncoder:
 
 
 def build(spec, model: nn.Module, cfg) -> MomentumEncoder:
-    """The momentum slot ``spec`` (:class:`moquad.train.methods.Momentum`) of a run of ``cfg`` over ``model``."""
+    """The momentum slot ``spec`` (:class:`moquad.train.methods.Momentum`, configured) of a run of ``cfg`` over
+    ``model``."""
     predictor = ProjectionHead(cfg.proj_dim, cfg.proj_hidden, cfg.proj_dim) if spec.predictor else None
     if predictor is not None:
         predictor.to(next(model.parameters()).device)
-    return MomentumEncoder(model, cfg.momentum, cfg.queue_size if spec.queue else 0, cfg.proj_dim, predictor)
+    group = cfg.key_bn_group if spec.key_bn == "groups" else 0
+    return MomentumEncoder(model, cfg.momentum, cfg.queue_size if spec.queue else 0, cfg.proj_dim, predictor,
+                           spec.key_bn, group, spec)
 
 
 def gather_keys(keys: torch.Tensor) -> torch.Tensor:

@@ -34,10 +34,9 @@ def smoothing_window(points: int) -> int:
     return int(min(25, max(1, round(points / 15))))
 
 
-def candidates(run_dir: Path, mode: str) -> int | None:
-    """How many candidates an anchor ranks in a step of ``mode`` (the loss's positive, Intra-Negs and inter
-    negatives: every other view of the global batch, ``batch x views - 1``), from the run's ``config.yaml``;
-    None when the run has none."""
+def _run_method(run_dir: Path) -> tuple[Any, Any] | None:
+    """(config, method row configured by it) of a run, from its ``config.yaml``; None without one (or a method no
+    longer in the table)."""
     from moquad.config import PretrainConfig, update
     from moquad.train.methods import METHODS
 
@@ -45,11 +44,30 @@ def candidates(run_dir: Path, mode: str) -> int | None:
     if not path.is_file():
         return None
     cfg = update(PretrainConfig(), yaml.safe_load(path.read_text()) or {})
-    stage = next((s for s in METHODS[cfg.method].stages if s.name == mode), None)
-    if stage is None:
-        return None
-    views = len(stage.views(stage.loader_config(cfg.loader)).roles)  # the loader's own plan
-    return cfg.batch_size * views - 1
+    return (cfg, METHODS[cfg.method].configured(cfg)) if cfg.method in METHODS else None
+
+
+def candidates(run_dir: Path, mode: str) -> int | None:
+    """How many candidates an anchor ranks in a step of ``mode`` (the stage's count,
+    :meth:`moquad.train.methods.Method.candidates`: the batch's other views, or with a momentum encoder its keys
+    and the queue), from the run's ``config.yaml``; None when the run has none."""
+    found = _run_method(run_dir)
+    stage = found[1].named(mode) if found else None
+    return None if stage is None else found[1].candidates(stage, found[0])
+
+
+def stage_kinds(run_dir: Path, records: list[dict[str, Any]]) -> list[str | None]:
+    """Each record's stage kind (``moquad.train.methods.WARMUP`` / ``MAIN``): logged since runs record it, else
+    looked up from the run's method row by the record's ``mode``."""
+    found = _run_method(run_dir)
+
+    def kind(r: dict[str, Any]) -> str | None:
+        if "stage" in r:
+            return r["stage"]
+        stage = found[1].named(r.get("mode", "")) if found else None
+        return stage.kind if stage else None
+
+    return [kind(r) for r in records]
 
 
 def _curve(ax: Any, x: list[int], y: list[float], label: str | None, color: str, window: int) -> None:
@@ -65,9 +83,9 @@ def _rank_panel(ax: Any, run_dir: Path, records: list[dict[str, Any]], series: A
         if x:
             _curve(ax, x, y, label, color, window)
     counts: dict[str, int | None] = {}
-    for mode in dict.fromkeys(r.get("mode", "moquad") for r in records):
+    for mode in dict.fromkeys(r.get("mode", "") for r in records):
         counts[mode] = candidates(run_dir, mode)
-        steps = [r["step"] for r in records if r.get("mode", "moquad") == mode]
+        steps = [r["step"] for r in records if r.get("mode", "") == mode]
         if counts[mode] is not None and steps:
             ax.hlines((counts[mode] + 1) / 2, min(steps) - 1, max(steps), colors="grey", linestyles=":", lw=1.2,
                       label="chance: (candidates + 1) / 2" if len(counts) == 1 else None)
@@ -131,10 +149,11 @@ def run_figure(run_dir: Path) -> Any:
     axes[1].plot(x, y, lw=1.2)
     axes[1].set(title="learning rate", xlabel="step")
     _rank_panel(axes[2], run_dir, records, series, window)
-    # mark the switch from the appearance warm-up to MoQuad
-    switch = [
-        r["step"] for a, r in zip(records, records[1:]) if a.get("mode") == "appearance" != r.get("mode")
-    ]
+    # mark the switch from the warm-up stage to the main one
+    from moquad.train.methods import WARMUP
+
+    kinds = stage_kinds(run_dir, records)
+    switch = [r["step"] for a, r, ka, kr in zip(records, records[1:], kinds, kinds[1:]) if ka == WARMUP != kr]
     for ax in axes:
         for s in switch:
             ax.axvline(s, color="black", ls="--", lw=0.8, label="end of warm-up" if ax is axes[2] else None)

@@ -2,8 +2,8 @@
 
 - :func:`lr_schedule`: SimCLR's linear warm-up then half-period cosine decay to 0, with the
   base lr scaled linearly with the global batch (``lr * global_batch / 256``).
-- :func:`stage` / :func:`stage_per_epoch`: Algorithm 1: the appearance task (Eq. 3) for epochs
-  ``e < p * E``, then MoQuad (``moquad.train.methods.METHODS`` maps this to each method's views).
+
+Algorithm 1's stage of each epoch is the method's (:meth:`moquad.train.methods.Method.epoch_stages`).
 """
 
 from __future__ import annotations
@@ -36,14 +36,3 @@ def lr_schedule(base_lr: float, global_batch: int, total_steps: int, warmup_step
             t, span = s - w, total_steps - w
             out[s] = peak * 0.5 * (1.0 + math.cos(math.pi * t / span))
     return out
-
-
-def stage(epoch: int, epochs: int, warmup_ratio: float) -> str:
-    """Task of an epoch (Algorithm 1): ``appearance`` (Eq. 3) for ``e < p * E``, then ``moquad``."""
-    if not 0.0 <= warmup_ratio <= 1.0:
-        raise ValueError(f"warmup_ratio must be in [0, 1], got {warmup_ratio}")
-    return "appearance" if epoch < warmup_ratio * epochs else "moquad"
-
-
-def stage_per_epoch(epochs: int, warmup_ratio: float) -> list[str]:
-    return [stage(e, epochs, warmup_ratio) for e in range(epochs)]
