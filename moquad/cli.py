@@ -211,7 +211,7 @@ PRETRAIN_FLAGS = (
     Flag("method", help=f"Pre-training method: {METHOD_HELP}."),
     *map(Flag, ("backbone", "model_input", "proj_dim", "proj_hidden", "epochs", "batch_size", "lr",
                 "lr_warmup_epochs", "weight_decay", "optimizer", "temperature", "warmup_ratio", "hard_beta",
-                "hard_alpha", "momentum", "queue_size")),
+                "hard_alpha", "momentum", "queue_size", "predictor", "symmetric", "key_bn", "key_bn_group")),
     *(Flag("loader." + k) for k in ("frames", "size", "appearance_op", "motion_ops", "ad_pos", "intra_neg",
                                     "ad_intra_neg", "workers")),
     Flag("loader.augment_on_device", decls=("--augment-on-device/--augment-on-cpu",)),

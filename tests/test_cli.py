@@ -209,6 +209,7 @@ def test_help_shows_the_config_default_and_restates_none(kind, command):
             str(value).lower() if isinstance(value, bool) else str(value)
         body, _, tail = text.rpartition("(default: ")
         body = body.split(" One of: ")[0]  # the choices, read from the config too, list the default
+        body = re.sub(r"(?<![\w.])[a-z0-9_]+: ", "", body)  # so does a table's rows listed as NAME: summary
         assert tail == f"{shown})", (opt, text)
         if not isinstance(value, bool) and value is not None:
             assert not re.search(rf"(?<![\w.]){re.escape(shown)}(?![\w.])", body), f"{opt} restates {shown}: {text}"

@@ -35,15 +35,13 @@ def _grads(model, views, out, video):
     from moquad.train.loop import forward_loss
 
     result = {}
-    for mode, v, beta in (
-        ("quadruple", views, 0.2),
-        ("nt_xent", views[:, :2], 0.0),
-        ("speed_pair", views[:, :2], 0.0),
+    for mode, v, params in (  # each loss takes its own hyperparameters
+        ("quadruple", views, {"tau": 0.1, "hard_beta": 0.2, "hard_alpha": 1.5}),
+        ("nt_xent", views[:, :2], {"tau": 0.1}),
+        ("speed_pair", views[:, :2], {"tau": 0.1}),
     ):
         model.zero_grad()
-        loss, stats = forward_loss(
-            model, v, ROLES[:v.shape[1]], f"moquad.train.losses:{mode}", tau=0.1, hard_beta=beta, hard_alpha=1.5, video=video
-        )
+        loss, stats = forward_loss(model, v, ROLES[:v.shape[1]], f"moquad.train.losses:{mode}", video=video, **params)
         loss.backward()
         core = model.module if hasattr(model, "module") else model
         result[mode] = [p.grad.clone() for p in core.parameters()]

@@ -14,9 +14,11 @@ TABLE = PACKAGE / "train" / "methods.py"
 # (module, string): a string that equals a method or stage name and means something else
 NOT_A_METHOD = {
     ("config.py", "moquad"): "the config's default method: config.py sits below the table (settings checks it)",
-    ("data/store.py", "moquad"): "the cache folder's name (~/.cache/moquad)",
+    ("data/index_cache.py", "moquad"): "the cache folder's name (~/.cache/moquad)",
     ("objstore.py", "moquad"): "the object-store emulator's project id",
-    ("cli_motion.py", "pair"): "the motion report's --pair flag",
+    ("cli_eval.py", "pair"): "the motion report's --pair flag",
+    ("eval/protocols.py", "pair"): "the motion report's pair option",
+    ("eval/encoders.py", "moquad"): "the encoder family of moquad's own checkpoints and exports",
     ("data/views.py", "pair"): "the clip rule a two-clip plan records (moquad.data.clip_frames)",
 }
 

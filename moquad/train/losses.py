@@ -248,7 +248,7 @@ def momentum_loss(
     views) and the ``queue`` (K, D) of earlier keys, whose ``queue_video`` (K,) holds each key's video (-1: an
     empty slot; both are masked, as is the anchor's own video; a queue without video ids is an error). Eq. 4
     (``hard_beta > 0``) mines the top ``hard_beta`` share of each anchor's unmasked negatives of batch and queue
-    together (:func:`hard_k_per_anchor`) and weights the intra negatives alpha."""
+    together and weights the intra negatives alpha."""
     if q.dim() != 2 or keys.dim() != 3 or keys.shape[:1] != q.shape[:1] or keys.shape[1] != len(key_roles):
         raise ValueError(f"need queries (B, D) and keys (B, {len(key_roles)}, D), got {tuple(q.shape)}, "
                          f"{tuple(keys.shape)}")

@@ -187,7 +187,7 @@ METHODS: dict[str, Method] = {
     "moquad": Method((APPEARANCE, QUADRUPLE), summary="MoQuad: the appearance warm-up, then the quadruple (Eq. 1 / "
                      "Eq. 4)"),
     "simclr": Method((APPEARANCE, Stage("moquad", views.quadruple, QUADRUPLE.loss, "simclr", NO_QUADRUPLE)),
-                     summary="the ladder's SimCLR base: moquad with no quadruple parts (anchor and plain positive)"),
+                     summary="the ladder's SimCLR base: MoQuad with no quadruple parts (anchor and plain positive)"),
     "simclr_classic": Method((Stage("pair", views.fixed_pair, _loss(LOSSES, "nt_xent"), "simclr", params=tau),),
                              summary="SimCLR as published: two clips at one dilation, NT-Xent, no warm-up"),
     "moco": Method((Stage("moco", views.quadruple, _loss(LOSSES, "momentum_plain"), "moco", NO_QUADRUPLE,
