@@ -84,14 +84,14 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # MoQuad on the momentum base with the demo recipe's adopted options (Intra-Negs by speed and time reversal, one
     # flip per quadruple), against "moco" as the README's "adopted" row is against "base"
     "moco_adopted": ("moco_moquad", ["loader.motion_ops=speed,reverse", "loader.flip=shared", *FIRST_SLOT, "queue_size=128"]),
-    # the momentum base's sweep (`types`, seed 0; docs/methods.md): "moco" with ONE factor changed, each named as the
+    # the momentum base's sweep (`types`, seed 0; docs/guides/methods.md): "moco" with ONE factor changed, each named as the
     # setting it changes (the key encoder's BatchNorm, the symmetric loss, tau, m0, the predictor, the optimizer and
     # its lr, the queue size)
     # then combinations of them ("moco+predictor+key_bn=groups": both)
     **{f"moco+{'+'.join(names)}": ("moco", ["loader.flip=independent", *FIRST_SLOT, "queue_size=128",
                                             *(x for n in names for x in SWEEP[n])]) for names in SWEPT},
     # each method exactly as `moquad pretrain --recipe train/cpu_demo.yaml --method M` trains it (its row's and the
-    # recipe's settings, nothing set here): the evidence of docs/methods.md
+    # recipe's settings, nothing set here): the evidence of docs/guides/methods.md
     **{f"demo-{m}": (m, []) for m in ("simclr", "moquad", "moco", "moco_moquad")},
     **{f"demo-{m}@b8": (m, ["batch_size=8"]) for m in ("simclr", "moquad", "moco", "moco_moquad")},
     "base@b8": ("simclr", ["loader.flip=independent", "batch_size=8"]),

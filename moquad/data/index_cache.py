@@ -4,7 +4,7 @@
 The folder may be a home directory shared over NFS by many nodes, so an entry is written once and never replaced
 or deleted while a job uses it: deleting a file another node has mapped is a SIGBUS there at its next page-in. A
 process that reads from an entry stamps its use beside it (:func:`keep`), and pruning spares every entry stamped
-within the in-use window (``$MOQUAD_CACHE_IN_USE_HOURS``). The rules are in ``docs/environments.md``. The format
+within the in-use window (``$MOQUAD_CACHE_IN_USE_HOURS``). The rules are in ``docs/guides/environments.md``. The format
 itself (decoding the manifest's ``frame_offsets``) is :mod:`moquad.data.store`'s.
 """
 

@@ -172,7 +172,7 @@ def _loss(module: str, name: str) -> str:
 
 
 LOSSES = "moquad.train.losses"
-# the momentum base's slot (docs/methods.md, "Why the momentum base did not learn": the sweep on `types`):
+# the momentum base's slot (docs/guides/methods.md, "The momentum base's sweep": `types`, seed 0):
 MOMENTUM = Momentum(
     online=("anchor",), keys=("positive", "intra_negative"), queue=("positive",),  # MoCo v1/v2: one query, its keys
     predictor=True,  # MoCo v3 / BYOL: an MLP predictor on the online side; the one factor that lifted the features
@@ -208,7 +208,7 @@ def help_text() -> str:
 
 
 def markdown() -> str:
-    """The docs' table of methods (docs/methods.md holds it; its test regenerates it)."""
+    """The docs' table of methods (docs/guides/methods.md holds it; its test regenerates it)."""
     rows = ["| method | what it is | stages | momentum encoder |", "|---|---|---|---|"]
     for name, m in METHODS.items():
         stages = ", then ".join(f"{s.name} ({s.kind})" for s in m.stages)

@@ -1,7 +1,7 @@
 """The momentum-encoder slot of a method (:class:`moquad.train.methods.Momentum`): an EMA copy of the encoder and
 projection head, its EMA schedule, an optional predictor on the online side, and a queue of negative keys.
 
-Design choices (the paper fixes none of them; MoQuad is defined on SimCLR; docs/methods.md has the measurements):
+Design choices (the paper fixes none of them; MoQuad is defined on SimCLR; docs/guides/methods.md has the measurements):
 
 - Which views go where: the slot's routing (:class:`moquad.train.methods.Momentum`). The shipped rows send the
   ANCHOR through the online network (the query, with gradients) and every other view (the positive, the Intra-Neg
