@@ -674,7 +674,7 @@ def parse_spec(spec: str) -> tuple[str, str, str]:
     folder's name (RUN/checkpoints/last.pt) or the file's stem."""
     from moquad.models.backbones import TORCHVISION_ARCHS
 
-    label, _, rest = spec.rpartition("=") if "=" in spec else ("", "", spec)
+    label, _, rest = spec.rpartition("=") if "=" in spec and not Path(spec).exists() else ("", "", spec)
     scheme, _, name = rest.partition(":")
     if scheme in TORCHVISION_ARCHS:
         scheme, name = "torchvision", rest
