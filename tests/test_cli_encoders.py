@@ -16,8 +16,7 @@ from test_features import make_tiny_dataset
 from typer.testing import CliRunner
 
 from moquad.data.store import Split
-from moquad.eval import common
-from moquad.eval import clips
+from moquad.eval import clips, common
 from moquad.eval.encoders import load_encoder
 from moquad.eval.features import read_features
 

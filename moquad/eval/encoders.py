@@ -720,7 +720,12 @@ def fill_clip(cfg: Any, encoder: Encoder) -> Any:
 
 
 def load_encoder(spec: str) -> Encoder:
-    """The frozen encoder a name means (module docstring), in eval mode."""
+    """The frozen encoder a name ``[LABEL=]NAME`` means, in eval mode: a moquad checkpoint (RUN/checkpoints/last.pt)
+    or export (FILE.safetensors), ``torchvision:ARCH[:WEIGHTS]`` (random init, a weights file or the name of
+    torchvision's weights) or ``hf:FOLDER_OR_HUB_NAME`` (a transformers video model: V-JEPA 2, VideoMAE,
+    TimeSformer, ViViT, X-CLIP). ``enc(enc.normalize(uint8 clips (N, 3, T, H, W), device))``: pooled features
+    (N, D); ``enc.tokens(...)``: the token grid; ``enc.clip``: its native clip; ``enc.record()``: what a result
+    records of it."""
     label, scheme, name = parse_spec(spec)
     family, config = family_of(scheme, name)
     loaded = FAMILIES[family].load(name, config)

@@ -124,7 +124,7 @@ def compute_features(
 ) -> tuple[list[int], np.ndarray]:
     """Features of the manifest rows ``indices`` of ``split`` -> (indices, float32 (len, D)). A clip setting left
     unset (None) is the checkpoint's (none: the paper's), as in every evaluation command. ``backbone``: a network
-    taking moquad-normalised clips, or an :class:`Encoder` (normalised as its family says)."""
+    taking moquad-normalised clips, or an encoder of ``moquad.load_encoder`` (clips normalised as its family says)."""
     cfg = with_clip(cfg)
     prep = backbone.normalize if isinstance(backbone, Encoder) else normalize
     device = resolve_device(cfg.device)
