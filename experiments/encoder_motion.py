@@ -45,12 +45,11 @@ SMALL = {
 MODELS = {"VJEPA2Config": "VJEPA2Model", "VideoMAEConfig": "VideoMAEModel", "TimesformerConfig": "TimesformerModel",
           "VivitConfig": "VivitModel", "XCLIPVisionConfig": "XCLIPVisionModel"}
 TORCHVISION = ("r3d_18", "mc3_18", "r2plus1d_18", "s3d", "mvit_v2_s", "swin3d_t")
-COLUMNS = (  # (column, value of one encoder's report, scale, digits)
+COLUMNS = (  # (column, value of one encoder's report, scale, digits); the page's column fits 6
     ("arrow of time top-1 %", lambda r: r["arrow_of_time_top1"], 100, 1),
     ("reversed / crop", lambda r: r["ratio_to_crop"]["reversed"], 1, 2),
     ("speed top-1 %", lambda r: r["speed_top1"], 100, 1),
     ("4x / crop", lambda r: r["ratio_to_crop"]["speed4"], 1, 2),
-    ("mirror / crop", lambda r: r["ratio_to_crop"]["mirror"], 1, 2),
     ("appearance share", lambda r: r["appearance_share"], 1, 2),
 )
 
@@ -108,22 +107,23 @@ def main() -> None:
     rows = []
     for e in encoders:
         r = result["encoders"][e.label]
-        size = (f"{SMALL[e.label][0].replace('Config', '')}: width 192, 4 layers, 3 heads, patch 16"
-                if e.label in SMALL else "full size")
-        rows.append([f"`{e.spec.split('=')[0]}`", e.family.description, size, str(r["feature_dim"]),
-                     *(f"{scale * fn(r):.{digits}f}" for _, fn, scale, digits in COLUMNS)])
+        name = f"{e.family.description} (hf, small)" if e.label in SMALL else f"`{e.label}` (torchvision)"
+        rows.append([name, *(f"{scale * fn(r):.{digits}f}" for _, fn, scale, digits in COLUMNS)])
     rec.figures["protocol"] = result["protocol"]
     rec.figures["data"] = {k: v for k, v in result["data"].items() if k != "dir"}
     rec.figures["encoders"] = {label: {k: v for k, v in r.items() if k != "encoder"} | {
         "encoder": {k: r["encoder"][k] for k in ("spec", "family", "pooling", "clip", "normalize")}}
         for label, r in result["encoders"].items()}
-    rec.table("random_init", ["encoder", "family", "size", "feature", *(c for c, *_ in COLUMNS)], rows,
+    rec.figures["seconds_report"] = round(time.time() - t0, 1)
+    rec.table("random_init", ["encoder", *(c for c, *_ in COLUMNS)], rows,
               title=f"The motion report of each family at RANDOM INITIALISATION ({result['data']['videos']} real "
                     f"videos, one {FRAMES}-frame {SIZE} px clip each, dilation 1)",
-              notes=["Random initialisation (seed 0) is what this table shows: no trained weights. Hugging Face "
-                     "families at reduced width and depth (the size column), torchvision models at full size; all "
-                     f"at one {FRAMES} x {SIZE} clip. Chance: arrow of time 50 %, speed 33 %; ratios: 1 = as "
-                     "different as another crop of the same frames."])
+              notes=["Random initialisation (seed 0) is what this table shows: no trained weights. The Hugging Face "
+                     "families (hf, small) are their own transformers classes at reduced width and depth (hidden "
+                     "size 192, 4 layers, 3 heads, patch 16, X-CLIP: its vision tower); the torchvision models are "
+                     f"the real architectures at full size. All at one {FRAMES} x {SIZE} clip, not their native one. "
+                     "Chance: arrow of time 50 %, speed 33 %; ratios: 1 = as different as another crop of the same "
+                     "frames; appearance share 1 = the feature is what one frame shows."])
     rec.write(args.record)
 
 
