@@ -66,6 +66,9 @@ def test_extract_is_the_encoders_forward(world, tmp_path, kind):
     assert feats["embedding"].shape == (6, enc.out_dim) and np.abs(want).mean() > 1e-3
     np.testing.assert_allclose(feats["embedding"], want, atol=1e-5, rtol=1e-4)
     assert feats["metadata"]["checkpoint_sha256"] == enc.sha256() and proto["encoder"] == name
+    cached = (out / "features" / "test.lance").stat().st_ino
+    _run(world, tmp_path, "extract", kind, "--split", "test")  # the same encoder, clip and data: the cache is kept
+    assert (out / "features" / "test.lance").stat().st_ino == cached
 
 
 @pytest.mark.parametrize("kind", ENCODERS)
