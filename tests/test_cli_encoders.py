@@ -89,6 +89,10 @@ def test_linear_and_attentive_record_protocol_and_encoder(world, tmp_path, kind)
     lin = json.loads((out / "linear_fast.json").read_text())
     assert lin["task"] == "linear" and lin["encoder"]["spec"] == name and lin["videos"] == 6
     assert lin["top1"] == pytest.approx(np.trace(lin["confusion"]) / 6)
+    out, _ = _run(world, tmp_path, "linear", kind, "--full", "--set", "linear.epochs=1", "--set",
+                  "linear.batch_size=4")
+    cvrl = json.loads((out / "linear_cvrl.json").read_text())
+    assert cvrl["encoder"]["spec"] == name and "unchanged" in cvrl["protocol"]["backbone_check"]
     out, _ = _run(world, tmp_path, "attentive", kind, "--set", "attentive.heads=4", "--set", "attentive.epochs=2",
                   "--set", "attentive.depth=1", "--set", "attentive.batch_size=4")
     att = json.loads((out / "attentive.json").read_text())
