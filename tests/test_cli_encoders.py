@@ -174,3 +174,35 @@ def test_bad_encoders_are_one_line_each(world, tmp_path, monkeypatch):
              "(hf download facebook/vjepa2-vitl-fpc64-256 --local-dir DIR) and pass hf:DIR", out)
     monkeypatch.setitem(sys.modules, "transformers", None)  # not installed
     _refused((*base, "--encoder", names["hf"]), "install it with pip install 'moquad[hf]'", out)
+
+
+# ----------------------------------------------------------------------------- every family
+
+
+@pytest.mark.parametrize("family", ["vjepa2", "timesformer", "vivit", "xclip", "xclip_vision"])
+def test_motion_and_retrieve_on_every_hf_family(world, tmp_path, family):
+    """Each Hugging Face family (VideoMAE: above) through both commands at its native clip; retrieval's hit@1 is
+    the cached features' nearest neighbour."""
+    folder, _, _ = save(tmp_path, family)
+    data = world[0]
+    r = cli("motion", f"hf:{folder}", "--data", data, "--out", tmp_path / "m", "--split", "train", "--threads", "1")
+    assert r.exit_code == 0, r.output
+    res = json.loads((tmp_path / "m" / "motion.json").read_text())["encoders"][folder.name]
+    assert res["encoder"]["family"] == family.split("_")[0] and 0 <= res["appearance_share"] <= 1
+    r = cli("retrieve", "--data", data, "--encoder", f"hf:{folder}", "--out", tmp_path / "r", *FAST)
+    assert r.exit_code == 0, r.output
+    res = json.loads((tmp_path / "r" / "retrieval.json").read_text())
+    q, g = (read_features(tmp_path / "r" / "features" / f"{s}.lance") for s in ("test", "train"))
+    unit = [f["embedding"] / np.linalg.norm(f["embedding"], axis=1, keepdims=True) for f in (q, g)]
+    assert res["top1"] == pytest.approx(float((g["label"][(unit[0] @ unit[1].T).argmax(1)] == q["label"]).mean()))
+    assert res["clip"]["frames"] == 8 and res["clip"]["size"] == 32
+
+
+@pytest.mark.slow
+def test_motion_on_every_torchvision_model(world, tmp_path):
+    archs = ("r3d_18", "mc3_18", "r2plus1d_18", "s3d", "mvit_v2_s", "swin3d_t")
+    r = cli("motion", *(f"torchvision:{a}" for a in archs), "--data", world[0], "--out", tmp_path / "m", "--split",
+            "train", "--frames", "16", "--size", "32", "--threads", "1")  # S3D: at least 14 frames
+    assert r.exit_code == 0, r.output
+    res = json.loads((tmp_path / "m" / "motion.json").read_text())["encoders"]
+    assert list(res) == list(archs) and all(r["encoder"]["weights"] == "random init (seed 0)" for r in res.values())
