@@ -453,11 +453,12 @@ def report(cfg: MotionConfig, encoders: Sequence[str], show: bool = True) -> dic
 
 
 def write_report(result: dict[str, Any], out: str | Path) -> tuple[Path, Path]:
-    """OUT/motion.json (+ .txt, the table) and OUT/motion.png; the table is printed."""
+    """OUT/motion.json (+ .txt, the table) and OUT/motion.png; the table is printed. The figure is drawn first: a
+    figure that cannot be drawn leaves no result behind (motion.json means the report is whole)."""
     from moquad.eval.motion_plot import plot
     from moquad.eval.report import write_result
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    path = write_result(result, out / "motion.json", [table(result)])
-    return path, plot(result, out / "motion.png")
+    png = plot(result, out / "motion.png")
+    return write_result(result, out / "motion.json", [table(result)]), png
