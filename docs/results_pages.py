@@ -30,6 +30,7 @@ COMMANDS = {  # record -> the command that writes it, where it is not `python be
     "motion_evidence": "python experiments/motion_evidence.py DIR ...",
     "motion_demo": "python experiments/motion_evidence.py runs/quickstart --variants random simclr moquad "
                    "--record docs/results/motion_demo.json",
+    "encoder_motion": "OMP_NUM_THREADS=1 python experiments/encoder_motion.py --work runs/encoder_motion",
     "bench_preprocess_encoders": "python benchmarks/bench_preprocess.py --encoders --record "
                                  "docs/results/bench_preprocess_encoders.json",
 }

@@ -81,7 +81,7 @@ _API: dict[str, str] = {
     "finetune": "moquad.eval.finetune:finetune",
     "export_encoder": "moquad.export:export",  # not "export": the module holds that name
     # the motion report
-    "load_encoder": "moquad.eval.motion:load_encoder",
+    "load_encoder": "moquad.eval.encoders:load_encoder",
     "motion_report": "moquad.eval.motion:motion_report",
     "write_report": "moquad.eval.motion:write_report",
 }

@@ -1,4 +1,5 @@
-"""The evaluation commands of the ``moquad`` CLI (stage 3): extract, retrieve, linear, finetune, cam, export, motion.
+"""The evaluation commands of the ``moquad`` CLI (stage 3): extract, retrieve, linear, attentive, finetune, cam, export,
+motion.
 
 Registered on the main app by ``moquad.cli``; same conventions: parse options, build a config, call ONE function.
 Every protocol command is made the same way (:func:`protocol_command`) from its row of
@@ -20,6 +21,7 @@ import typer
 from moquad import config as C
 from moquad.cli_common import RECIPE, Flag, _need_dir, _need_file, config_command
 from moquad.errors import MoquadError
+from moquad.eval.common import is_checkpoint
 from moquad.eval.protocols import PROTOCOLS, run
 from moquad.models.backbones import TORCHVISION_ARCHS
 from moquad.settings import RECIPE_KINDS
@@ -27,6 +29,9 @@ from moquad.settings import RECIPE_KINDS
 app = typer.Typer()
 
 _CKPT_HINT = "pass a .pt written by `moquad pretrain` (RUN/checkpoints/last.pt)"
+_ENCODER_HELP = ("The encoder to evaluate: a checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt), an export "
+                 "(FILE.safetensors), torchvision:ARCH[:WEIGHTS] or hf:FOLDER_OR_HUB_NAME (docs: Evaluate any "
+                 "encoder). Its native clip fills --frames/--size/--dilation when unset.")
 _JSON_HELP = ("Also write a copy of the result JSON to this file (the result and its text table always go to "
               "RUN/eval, or --out).")
 
@@ -52,12 +57,23 @@ def _checked(name: str) -> Callable[[Any], None]:
             _need_dir(cfg.data, "data folder", "run `moquad preprocess` first and pass its --out folder")
         if row.needs_checkpoint is None:
             return
-        if cfg.checkpoint:
+        if cfg.checkpoint and row.encoders and not is_checkpoint(cfg.checkpoint):
+            _check_encoder(cfg)
+        elif cfg.checkpoint:
             _need_file(cfg.checkpoint, "checkpoint", _CKPT_HINT)
         elif row.needs_checkpoint(cfg):
             raise MoquadError(f"{name} needs --checkpoint RUN/checkpoints/last.pt (a .pt written by `moquad pretrain`)")
 
     return check
+
+
+def _check_encoder(cfg: Any) -> None:
+    """An encoder name loads, takes the clip, and has a place for its results, before anything is written."""
+    from moquad.eval.common import frozen_encoder, out_dir, with_clip
+
+    frozen_encoder(cfg.checkpoint)
+    with_clip(cfg)
+    out_dir(cfg)
 
 
 def protocol_flags(name: str, first: tuple[str, ...] = (), spelt: dict[str, Flag] | None = None) -> tuple:
@@ -67,7 +83,9 @@ def protocol_flags(name: str, first: tuple[str, ...] = (), spelt: dict[str, Flag
     row, spelt = PROTOCOLS[name], spelt or {}
     inputs = [*first, spelt.get("data", Flag("data", required=row.needs_data))]
     if row.needs_checkpoint is not None:
-        inputs.append(spelt.get("checkpoint", Flag("checkpoint")))
+        default = (Flag("checkpoint", decls=("--checkpoint", "--encoder"), help=_ENCODER_HELP) if row.encoders
+                   else Flag("checkpoint"))
+        inputs.append(spelt.get("checkpoint", default))
     if row.config in RECIPE_KINDS:
         inputs.append(RECIPE)
     return (*inputs, *(spelt.get(key, Flag(key)) for key in row.flags))
@@ -96,8 +114,8 @@ def protocol_command(name: str, epilog: str, flags: tuple | None = None) -> Call
 
 # the protocol commands that spell a flag their own way
 FINETUNE_FLAGS = protocol_flags("finetune", spelt={"checkpoint": Flag(
-    "checkpoint", help="Checkpoint of `moquad pretrain` (RUN/checkpoints/last.pt); optional with --init random "
-    "--backbone NAME.")})
+    "checkpoint", decls=("--checkpoint", "--encoder"), help=f"{_ENCODER_HELP} Fine-tuned end to end under a linear "
+    "head; optional with --init random --backbone NAME.")})
 CAM_FLAGS = protocol_flags("cam", ("video",), {
     "checkpoint": Flag("checkpoint", required=True),
     "data": Flag("data", help="Shard folder (needed when VIDEO is a video_id)."),
@@ -134,6 +152,17 @@ def linear(cfg: C.EvalConfig, fast: bool = typer.Option(True, "--fast/--full", h
 
     --full is the paper's protocol with --recipe eval/linear_<dataset>.yaml (32-frame clips, as the paper's)."""
     _wrote(run("linear", cfg, fast=fast, json_path=json, overwrite=True), json)
+
+
+@protocol_command("attentive", "Examples: moquad attentive --data /data/shards/ssv2 --encoder "
+                  "hf:facebook/vjepa2-vitl-fpc64-256 --recipe eval/attentive_ssv2.yaml --out runs/vjepa2  |  moquad "
+                  "attentive --data data/shards --checkpoint runs/moquad/checkpoints/last.pt --set attentive.heads=4")
+def attentive(cfg: C.EvalConfig, json: str | None = _json_option()) -> None:
+    """Attentive probe on the frozen encoder's tokens (V-JEPA 2's: a learnt query, cross-attention, a linear layer;
+    AdamW on tokens extracted once); multi-clip test, per-class table.
+
+    Its recipe eval/attentive_ssv2.yaml is V-JEPA 2's SSv2 protocol (facebookresearch/vjepa2, configs/eval/vitl)."""
+    _wrote(run("attentive", cfg, json_path=json, overwrite=True), json)
 
 
 @protocol_command("finetune", "Examples: moquad finetune --data /data/shards/ucf101 --checkpoint "
@@ -186,17 +215,18 @@ def export(cfg: C.ExportConfig) -> None:
 
 
 @protocol_command("motion", "Example: moquad motion --data data/shards random=runs/random/checkpoints/last.pt "
-                  "runs/simclr/checkpoints/last.pt runs/moquad/checkpoints/last.pt r3d_18:r3d_18-kinetics.pth --out "
-                  "runs/motion  (writes motion.json, motion.txt and motion.png)", MOTION_FLAGS)
+                  "runs/simclr/checkpoints/last.pt runs/moquad/checkpoints/last.pt --out runs/motion  (writes motion.json, "
+                  "motion.txt and motion.png)  |  moquad motion --data data/shards hf:facebook/vjepa2-vitl-fpc64-256 "
+                  "torchvision:r3d_18:KINETICS400_V1 --out runs/motion-peers  (both at V-JEPA 2's clip)", MOTION_FLAGS)
 def motion(
     cfg: C.MotionConfig,
-    encoders: list[str] = typer.Argument(None, help="Encoders, each [LABEL=][ARCH:]PATH: a moquad checkpoint "
-                                         "(RUN/checkpoints/last.pt), an exported .safetensors, or ARCH:WEIGHTS for a "
-                                         f"torchvision video model (ARCH: {', '.join(TORCHVISION_ARCHS)}), run at "
-                                         "its backbone's native clip unless a moquad encoder or a flag sets one.",
-                                         show_default=False),
-    checkpoint: list[str] = typer.Option(None, "--checkpoint", help="An encoder as ENCODERS takes it, repeatable; "
-                                         "reported after those given as arguments.", show_default=False),
+    encoders: list[str] = typer.Argument(None, help="Encoders, each [LABEL=]NAME: a moquad checkpoint "
+                                         "(RUN/checkpoints/last.pt), an exported .safetensors, torchvision:ARCH[:WEIGHTS] "
+                                         f"(ARCH: {', '.join(TORCHVISION_ARCHS)}) or hf:FOLDER_OR_HUB_NAME, all at "
+                                         "one clip: the first moquad encoder's pre-training clip, else the first "
+                                         "encoder's native clip, unless a flag sets one.", show_default=False),
+    checkpoint: list[str] = typer.Option(None, "--checkpoint", "--encoder", help="An encoder as ENCODERS takes it, "
+                                         "repeatable; reported after those given as arguments.", show_default=False),
 ) -> None:
     """Motion report: arrow of time, speed, mirror, appearance share and direction pairs of frozen encoders."""
     encoders = [*(encoders or ()), *(checkpoint or ())]

@@ -418,12 +418,12 @@ class AttentiveConfig:
     depth: int = rule(4, ge=1, help="Pooler blocks: depth - 1 self-attention blocks, then the cross-attention block "
                       "(V-JEPA 2: 4).")
     heads: int = rule(16, ge=1, help="Attention heads of the pooler (V-JEPA 2: 16); must divide the token width.")
-    mlp_ratio: float = rule(4.0, gt=0, help="Width of the pooler blocks' MLP, times the token width (V-JEPA 2: 4).")
+    mlp_ratio: float = rule(4.0, gt=0, help="Hidden width of the pooler's MLPs over the token width (V-JEPA 2: 4).")
     epochs: int = rule(20, ge=1, help="Training epochs over the extracted tokens (V-JEPA 2: 20).")
     lr: float = rule(1e-3, gt=0, help="Peak learning rate (V-JEPA 2 trains a grid, 1e-4 to 5e-3).")
     weight_decay: float = rule(0.01, ge=0, help="AdamW weight decay (V-JEPA 2's grid: 0.01 to 0.8).")
     batch_size: int = rule(256, ge=1, help="Training samples (a video's crop) per step (V-JEPA 2: 256).")
-    optimizer: str = rule("adamw", help="Optimizer (V-JEPA 2: AdamW).")  # a row of moquad.train.optimizers.OPTIMIZERS
+    optimizer: str = rule("adamw", help="Optimizer (a row of the optimizer table; V-JEPA 2: adamw).")
 
     def __post_init__(self) -> None:
         check(self)

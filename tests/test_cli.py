@@ -20,7 +20,7 @@ from moquad.cli import app
 from moquad.recipes import load_recipe
 
 runner = CliRunner()
-COMMANDS = ["synth", "preprocess", "verify", "pretrain", "plot", "extract", "retrieve", "linear", "finetune",
+COMMANDS = ["synth", "preprocess", "verify", "pretrain", "plot", "extract", "retrieve", "linear", "attentive", "finetune",
             "cam", "motion", "quickstart", "recipes"]
 
 

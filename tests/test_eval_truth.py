@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from fixtures import make_checkpoint
 from test_features import make_tiny_dataset
+from torch import nn
 
 from moquad.config import EvalConfig
 from moquad.eval.clips import pretrain_clip
@@ -62,17 +63,19 @@ def test_pretrain_clip_is_read_from_the_config():
 
 
 def test_motion_and_export_read_the_same_clip(trained, tmp_path):
-    from moquad.eval.motion import Encoder, geometry, native_clip
+    from moquad.eval.encoders import native_clip
+    from moquad.eval.encoders import wrap as Encoder
+    from moquad.eval.motion import geometry
 
     data, ckpt = trained
     info = {"loader": dict(TRAINED), "model_input": "rgb"}
-    assert geometry([Encoder("a", None, {}), Encoder("m", None, info)], None, None) == (8, 32)
-    assert geometry([Encoder("m", None, info)], None, 48) == (8, 48)
-    tv = {arch: Encoder(arch, None, {"clip": native_clip(arch)}) for arch in ("r3d_18", "mvit_v2_s")}
+    assert geometry([Encoder("a", nn.Identity(), {}), Encoder("m", nn.Identity(), info)], None, None) == (8, 32)
+    assert geometry([Encoder("m", nn.Identity(), info)], None, 48) == (8, 48)
+    tv = {arch: Encoder(arch, nn.Identity(), {"clip": native_clip(arch)}) for arch in ("r3d_18", "mvit_v2_s")}
     assert geometry([tv["r3d_18"]], None, None) == (16, 112)  # torchvision's Kinetics weights: each row's clip
     assert geometry([tv["mvit_v2_s"]], None, None) == (16, 224)
-    assert geometry([tv["mvit_v2_s"], Encoder("m", None, info)], None, None) == (8, 32)  # moquad's clip first
-    assert geometry([Encoder("x", None, {})], None, None) == (16, 224)  # nothing known: the config's default clip
+    assert geometry([tv["mvit_v2_s"], Encoder("m", nn.Identity(), info)], None, None) == (8, 32)  # moquad's clip first
+    assert geometry([Encoder("x", nn.Identity(), {})], None, None) == (16, 224)  # nothing known: the config's default clip
     _, card = export(ckpt, "safetensors", tmp_path / "m.safetensors")
     inp = json.loads(card.read_text())["input"]
     assert (inp["pretrain_frames"], inp["pretrain_size"], inp["pretrain_dilations"]) == (8, 32, [1, 4])
@@ -108,9 +111,10 @@ def test_cli_records_the_recipe_it_was_given(trained):
 
 
 def test_motion_warns_once_per_encoder_trained_at_another_clip():
-    from moquad.eval.motion import Encoder, clip_warnings
+    from moquad.eval.encoders import wrap as Encoder
+    from moquad.eval.motion import clip_warnings
 
-    encoders = [Encoder("ours", None, {"loader": dict(TRAINED)}), Encoder("tv", None, {})]
+    encoders = [Encoder("ours", nn.Identity(), {"loader": dict(TRAINED)}), Encoder("tv", nn.Identity(), {})]
     assert clip_warnings(encoders, None, None) == []
     assert clip_warnings(encoders, None, 64) == [
         "warning: evaluating at 8x64 but encoder ours was pre-trained at 8x32 (--size sets it)"]

@@ -191,7 +191,7 @@ def test_every_command_that_reads_a_checkpoint_takes_checkpoint_option():
         if any(p.name in ("checkpoint", "encoders") for p in params):
             readers.append(name)
             assert any("--checkpoint" in p.opts for p in params), name
-    assert {"extract", "retrieve", "linear", "finetune", "cam", "export", "motion"} <= set(readers)
+    assert {"extract", "retrieve", "linear", "attentive", "finetune", "cam", "export", "motion"} <= set(readers)
 
 
 def test_export_takes_the_checkpoint_either_way(tmp_path):

@@ -51,23 +51,22 @@ def test_cvrl_probe_leaves_backbone_untouched(tmp_path, monkeypatch):
     data = make_tiny_dataset(tmp_path / "data", {"train": 6, "test": 3}, frames=8)
     ckpt = make_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
     seen = {}
+    load = lin.frozen_encoder
 
-    def spy(path):
-        model, c = lin.__dict__["_orig_load"](path)
-        seen["model"] = model
-        return model, c
+    def spy(name):
+        seen["encoder"] = load(name)
+        return seen["encoder"]
 
-    monkeypatch.setitem(lin.__dict__, "_orig_load", lin.load_model)
-    monkeypatch.setattr(lin, "load_model", spy)
+    monkeypatch.setattr(lin, "frozen_encoder", spy)
     cfg = eval_cfg(data, ckpt, tmp_path / "out", frames=4, dilation=1,
                    linear={"epochs": 2, "batch_size": 4, "lr": 0.5, "optimizer": "sgd"})
     res = linear(cfg, fast=False)
     original = torch.load(ckpt, weights_only=True)["model"]
-    after = seen["model"].state_dict()
+    after = seen["encoder"].net.state_dict()
     bb = [k for k in original if k.startswith("backbone.")]
     assert any("running_mean" in k for k in bb) and any("num_batches_tracked" in k for k in bb)
     for k in bb:  # independent check against the checkpoint file: weights AND BN buffers
-        assert torch.equal(after[k].cpu(), original[k]), k
+        assert torch.equal(after[k[len("backbone."):]].cpu(), original[k]), k
     assert res["videos"] == 3 and 0.0 <= res["top1"] <= 1.0
     assert "unchanged" in res["protocol"]["backbone_check"]
     assert (tmp_path / "out" / "linear_cvrl.json").is_file() and (tmp_path / "out" / "linear_cvrl.txt").is_file()

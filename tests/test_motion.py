@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from moquad.data.store import Split
 from moquad.errors import MoquadError
 from moquad.eval import motion as M
+from moquad.eval.encoders import native_clip, wrap
 
 FRAMES, SIZE = 8, 32
 
@@ -98,7 +99,7 @@ def test_mirror_reversal_speed_pixels_equal_the_reference(squares):
 
 def test_known_answers(squares):
     """The appearance-only encoder is blind to the arrow of time and to direction; the motion-only one is not."""
-    enc = [M.Encoder("mean frame", MeanFrame()), M.Encoder("frame diff", FrameDiff())]
+    enc = [wrap("mean frame", MeanFrame()), wrap("frame diff", FrameDiff())]
     res = M.motion_report(squares, enc, frames=FRAMES, size=SIZE, show=False, threads=1)
     mean, diff = res["encoders"]["mean frame"], res["encoders"]["frame diff"]
     assert res["data"]["videos"] == 24 and res["data"]["split"] == "test"
@@ -135,11 +136,12 @@ def test_torchvision_weights_and_export_load_as_the_same_network(tmp_path):
     tv.fc = nn.Identity()
     with torch.no_grad():
         torch.testing.assert_close(enc.net(x), tv(x))
-    assert (enc.label, enc.info["kind"], enc.info["backbone"]) == ("mc3", "torchvision", "mc3_18")
+    assert (enc.label, enc.family_name, enc.info["backbone"]) == ("mc3", "torchvision", "mc3_18")
     ckpt = make_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
     weights, _ = export(ckpt, "safetensors", tmp_path / "tiny.safetensors")
     a, b = M.load_encoder(str(ckpt)), M.load_encoder(str(weights))
-    assert (a.label, a.info["kind"], b.label, b.info["kind"]) == ("run", "checkpoint", "tiny", "safetensors")
+    assert (a.label, a.family_name, b.label, b.family_name) == ("run", "moquad", "tiny", "moquad")
+    assert b.info["card"] is not None and a.info["epoch"] is not None
     with torch.no_grad():
         torch.testing.assert_close(a.net(x), b.net(x))
     with pytest.raises(MoquadError, match="do not fit"):
@@ -159,10 +161,10 @@ def test_weights_without_a_clip_run_at_their_rows_native_clip(tmp_path):
                                               loader={"frames": 8, "size": 32})))
     assert M.geometry([mvit, tiny], None, None) == (8, 32)  # a clip moquad trained at comes first
     assert M.clip_warnings([mvit, tiny], None, None) == [
-        "warning: evaluating at 8x32 but encoder mvit was pre-trained at 16x224 (the report's clip is tiny's)"]
+        "warning: evaluating at 8x32 but encoder mvit_v2_s-mvit was pre-trained at 16x224 (the report's clip is tiny's)"]
     assert M.clip_warnings([mvit], 16, 112) == [
-        "warning: evaluating at 16x112 but encoder mvit was pre-trained at 16x224 (--frames/--size set it)"]
-    assert M.native_clip("r3d_18")["size"] == 112 and M.native_clip("swin3d_t")["size"] == 224
+        "warning: evaluating at 16x112 but encoder mvit_v2_s-mvit was pre-trained at 16x224 (--frames/--size set it)"]
+    assert native_clip("r3d_18")["size"] == 112 and native_clip("swin3d_t")["size"] == 224
 
 
 def test_pairs():

@@ -19,6 +19,13 @@ def test_wilson_matches_scipy(k, n):
     assert wilson(k / n, n) == pytest.approx((want.low, want.high), abs=1e-9)
 
 
+@pytest.mark.parametrize("n", range(1, 40))
+def test_wilson_holds_p_at_zero_and_one(n):
+    """At p = 0 or 1 the bounds are p itself, not 1e-16 beside it (n = 10 gave 0.9999999999999999 at p = 1: a
+    negative error bar, which stopped ``moquad motion`` writing its plot)."""
+    assert wilson(1.0, n)[1] == 1.0 and wilson(0.0, n)[0] == 0.0
+
+
 def test_wilson_textbook_value():
     # 8 successes in 10 trials, 95 %: 0.490 to 0.943 (Newcombe 1998, Table I style; Agresti & Coull 1998)
     lo, hi = wilson(0.8, 10)

@@ -264,26 +264,31 @@ def _protocol(cfg: EvalConfig, encoder: Encoder, length: int) -> dict[str, Any]:
             "backbone_check": "weights and buffers compared bit-for-bit after extraction"}
 
 
-def attentive(cfg: EvalConfig, *, encoder: Encoder | None = None, json_path: str | Path | None = None
-              ) -> dict[str, Any]:
+def attentive(cfg: EvalConfig, *, encoder: Encoder | None = None, json_path: str | Path | None = None,
+              quiet: bool = False, overwrite: bool = False) -> dict[str, Any]:
     """The attentive probe trained on ``cfg.train_split``, tested on ``cfg.test_split``; ``encoder``: any
-    :func:`moquad.eval.encoders.load_encoder` result (default: ``cfg.checkpoint``). Writes ``attentive.json`` (+ the
-    tables) to ``out_dir(cfg)`` and the tokens to ``OUT/tokens``; a copy of the JSON to ``json_path``."""
+    :func:`moquad.eval.encoders.load_encoder` result (default: the one ``cfg.checkpoint`` names, ``moquad
+    attentive``'s). Writes ``attentive.json`` (+ the tables) to ``out_dir(cfg)`` and the tokens to ``OUT/tokens``; a
+    copy of the JSON to ``json_path``. A result already there is an error unless ``overwrite`` (the command passes
+    it); ``quiet``: print no table."""
     from moquad.data import store
     from moquad.eval.clips import labelled
     from moquad.eval.common import (
         check_unchanged,
         copy_result,
+        frozen_encoder,
         labelled_splits,
         out_dir,
         record,
         resolve_device,
+        result_path,
         snapshot,
     )
-    from moquad.eval.encoders import fill_clip, load_encoder
+    from moquad.eval.encoders import fill_clip
     from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
 
-    encoder = encoder or load_encoder(cfg.checkpoint)
+    path = result_path(cfg, "attentive.json", overwrite)
+    encoder = encoder or frozen_encoder(cfg.checkpoint)
     cfg = fill_clip(cfg, encoder)
     train, test = labelled_splits(cfg, "the attentive probe")
     classes = store.classes(cfg.data)
@@ -301,8 +306,8 @@ def attentive(cfg: EvalConfig, *, encoder: Encoder | None = None, json_path: str
     result.update(task="attentive", protocol=_protocol(cfg, encoder, tokens[test.split].shape[2]),
                   encoder=encoder.record(), **report)
     record(result, cfg)
-    path = write_result(result, out_dir(cfg) / "attentive.json",
-                        [*accuracy_tables("attentive probe", report), protocol_table("protocol", result)])
+    path = write_result(result, path, [*accuracy_tables("attentive probe", report),
+                                       protocol_table("protocol", result)], quiet=quiet)
     copy_result(path, json_path)
     result["json"] = str(path)
     return result

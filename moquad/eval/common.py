@@ -1,6 +1,7 @@
 """Shared plumbing of the evaluation stage: device and ranks, the run-folder layout, the splits a protocol uses,
-the checkpoint hash, the clip a protocol evaluates at (the checkpoint's unless set) and what a result records of
-it, the frozen-backbone check."""
+the encoder a protocol evaluates (``EvalConfig.checkpoint``: a moquad checkpoint, or any name of the encoder table
+:mod:`moquad.eval.encoders`) and its hash, the clip a protocol evaluates at (the checkpoint's pre-training clip, an
+encoder's native clip, unless set) and what a result records of it, the frozen-backbone check."""
 
 from __future__ import annotations
 
@@ -50,8 +51,39 @@ def sha256_file(path: str | Path) -> str:
 
 
 def checkpoint_sha256(path: str | Path) -> str:
-    """:func:`sha256_file` of a checkpoint, with the error a user acts on when it is missing."""
+    """:func:`sha256_file` of a checkpoint (another encoder name: :meth:`Encoder.sha256`), with the error a user acts
+    on when it is missing."""
+    if not is_checkpoint(path) and not Path(path).is_file():
+        return frozen_encoder(str(path)).sha256()
     return sha256_file(_need_checkpoint(path))
+
+
+def is_checkpoint(name: str | Path | None) -> bool:
+    """Whether ``name`` (``EvalConfig.checkpoint``) is a ``moquad pretrain`` checkpoint (or a path meant as one),
+    not another encoder name (an export ``.safetensors``, ``torchvision:ARCH``, ``hf:NAME``)."""
+    from moquad.eval.encoders import parse_spec
+
+    if not name:
+        return False
+    if Path(name).is_file():
+        return Path(name).suffix != ".safetensors"
+    _, scheme, rest = parse_spec(str(name))
+    return scheme == "" and "=" not in str(name) and Path(rest).suffix != ".safetensors"
+
+
+def frozen_encoder(name: str) -> Any:
+    """The frozen :class:`moquad.eval.encoders.Encoder` a name means, loaded once per name and file version (a
+    protocol asks for it when it fills the clip, hashes, extracts): do not train it (fine-tuning loads its own)."""
+    path = Path(name if Path(name).exists() else name.rpartition(":")[2])
+    files = sorted(f for f in path.iterdir() if f.is_file()) if path.is_dir() else [path] if path.is_file() else []
+    return _encoder(name, tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+
+
+@functools.lru_cache(maxsize=2)
+def _encoder(name: str, _stamp: Any) -> Any:
+    from moquad.eval.encoders import load_encoder
+
+    return load_encoder(name)
 
 
 def _need_checkpoint(path: str | Path) -> str | Path:
@@ -84,14 +116,19 @@ def _facts(path: str, size: int, mtime_ns: int) -> dict[str, Any]:
 
 
 def trained_clip(cfg: EvalConfig) -> PretrainClip | None:
-    """The pre-training clip of ``cfg.checkpoint`` (:func:`moquad.eval.clips.pretrain_clip`); None without one."""
-    return pretrain_clip(checkpoint_facts(cfg.checkpoint)["config"]) if cfg.checkpoint else None
+    """The pre-training clip of ``cfg.checkpoint`` (:func:`moquad.eval.clips.pretrain_clip`); None without one, or
+    when it names another encoder."""
+    return pretrain_clip(checkpoint_facts(cfg.checkpoint)["config"]) if is_checkpoint(cfg.checkpoint) else None
 
 
 def with_clip(cfg: EvalConfig, *, warn: bool = False) -> EvalConfig:
     """``cfg`` with each clip setting left unset (None) taken from the checkpoint's pre-training clip (none: the
     paper's 16 x 224 at dilation 2; the dilation: :attr:`PretrainClip.dilation`). ``warn``: one ``warning:`` line on stderr when a setting given by a flag or
     a recipe differs from the pre-training clip, naming both and who set it (the commands warn, once)."""
+    if cfg.checkpoint and not is_checkpoint(cfg.checkpoint):  # another encoder: its native clip, or the refusal
+        from moquad.eval.encoders import fill_clip
+
+        return fill_clip(cfg, frozen_encoder(cfg.checkpoint))
     trained = trained_clip(cfg)
     clip = trained or pretrain_clip(None)
     filled = dataclasses.replace(cfg, **{k: getattr(clip, k) for k in CLIP_KEYS if getattr(cfg, k) is None})
@@ -153,7 +190,9 @@ def record(result: dict[str, Any], cfg: EvalConfig) -> dict[str, Any]:
     epoch, and the same in its ``protocol`` (the rows of the text table)."""
     rec = clip_record(cfg)
     result.update(rec)
-    if result.get("checkpoint") and cfg.checkpoint:
+    if cfg.checkpoint and not is_checkpoint(cfg.checkpoint):
+        result.setdefault("encoder", frozen_encoder(cfg.checkpoint).record())
+    elif result.get("checkpoint") and cfg.checkpoint:
         facts = checkpoint_facts(cfg.checkpoint)
         result["checkpoint"].update(step=facts["step"], epoch=facts["epoch"])
     clip, trained = rec["clip"], rec["clip"]["pretrained"]
@@ -198,6 +237,8 @@ def out_dir(cfg: EvalConfig) -> Path:
         return Path(cfg.out)
     if not cfg.checkpoint:
         raise MoquadError("no checkpoint to put the results beside; pass --out DIR")
+    if not is_checkpoint(cfg.checkpoint) and not Path(cfg.checkpoint).is_file():
+        raise MoquadError(f"encoder {cfg.checkpoint} has no run folder to put the results beside; pass --out DIR")
     return eval_folder(cfg.checkpoint)
 
 

@@ -43,6 +43,8 @@ its global pool; a moquad transformer trunk's tokens as its backbone row declare
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -141,6 +143,7 @@ class Encoder(nn.Module):
         self.label, self.family_name, self.spec = label, family, spec
         self.net = loaded.net
         self.clip, self.norm, self.out_dim, self.info = loaded.clip, loaded.norm, loaded.dim, loaded.info
+        self._sha256: str | None = None
 
     @property
     def family(self) -> Family:
@@ -179,8 +182,119 @@ class Encoder(nn.Module):
                 "pooling": self.family.pooling, "clip": dataclasses.asdict(self.clip),
                 "normalize": dataclasses.asdict(self.norm), **self.info}
 
+    def sha256(self) -> str:
+        """The identity of its weights (what a feature cache and a result record): a moquad file's sha256, as a
+        checkpoint's everywhere; else the sha256 of its state dict (names, dtypes, shapes, bytes, in order)."""
+        if self.family_name == "moquad" and self.info.get("path") and Path(self.info["path"]).is_file():
+            from moquad.eval.common import sha256_file
+
+            return sha256_file(self.info["path"])
+        if self._sha256 is None:
+            h = hashlib.sha256()
+            for k, v in self.net.state_dict().items():
+                v = v.detach().cpu().contiguous()
+                h.update(f"{k}:{v.dtype}:{tuple(v.shape)};".encode())
+                h.update(v.view(-1).view(torch.uint8).numpy().tobytes() if v.numel() else b"")
+            self._sha256 = h.hexdigest()
+        return self._sha256
+
+
+def wrap(label: str, net: nn.Module, info: dict[str, Any] | None = None) -> Encoder:
+    """A network made by hand (clips normalised as moquad normalises -> (N, D) features) as an encoder of the moquad
+    row: the motion report's and the protocols' input; ``info``: facts it records (a moquad config's ``loader``:
+    the clip it was trained at)."""
+    from moquad.eval.clips import pretrain_clip
+
+    pc = pretrain_clip(info)
+    clip = Clip(pc.frames, pc.size, pc.dilation, source="a network made by hand (its clip: the config's default)")
+    return Encoder(label, "moquad", Loaded(net, clip, _moquad_norm(), 0, dict(info or {})), label).eval()
+
 
 # ----------------------------------------------------------------------------- moquad and torchvision rows
+
+
+def config_clip(config: dict[str, Any]) -> dict[str, Any]:
+    """``info["clip"]`` of weights with a moquad config (a checkpoint's, an export's card): its pre-training clip."""
+    from moquad.eval.clips import pretrain_clip
+
+    clip = pretrain_clip(config)
+    return {"frames": clip.frames, "size": clip.size, "dilations": list(clip.dilations), "from": "pre-training"}
+
+
+def native_clip(arch: str) -> dict[str, Any]:
+    """``info["clip"]`` of weights that carry no clip (torchvision's, an export without its card): the native clip
+    of their backbone row (``moquad.models.BACKBONES``), e.g. 16 x 224 for mvit_v2_s."""
+    from moquad.models import BACKBONES
+
+    frames, size = BACKBONES[arch].clip
+    return {"frames": frames, "size": size, "dilations": None, "from": f"the {arch} row's native clip"}
+
+
+def _into_backbone(arch: str, sd: dict[str, torch.Tensor], torchvision_names: bool, model_input: str,
+                   path: Path) -> nn.Module:
+    """moquad's ``build_backbone(arch, model_input)`` with ``sd`` loaded strictly (torchvision's classifier keys,
+    absent from moquad's trunk, are dropped; their names come from the backbone table)."""
+    from moquad.models import BACKBONES, build_backbone
+
+    net, _ = build_backbone(arch, model_input)
+    names = BACKBONES[arch].torchvision
+    if torchvision_names and names is not None:
+        sd = {names.prefix + k: v for k, v in sd.items() if k not in names.head}
+    try:
+        net.load_state_dict(sd)
+    except RuntimeError as e:
+        detail = " ".join(str(e).split())[:200]
+        raise MoquadError(f"{path}: its weights do not fit torchvision's / moquad's {arch}: {detail}") from e
+    return net
+
+
+def _checkpoint_file(path: Path) -> tuple[nn.Module, dict[str, Any]]:
+    """A ``moquad pretrain`` checkpoint (RUN/checkpoints/last.pt): its backbone."""
+    from moquad.models.backbones import DEFAULT_INPUT
+    from moquad.train.checkpoint import load_model
+
+    model, ckpt = load_model(path)
+    cfg = ckpt["config"]
+    return model.backbone, {"backbone": cfg["backbone"], "method": cfg.get("method"), "epoch": ckpt.get("epoch"),
+                            "model_input": cfg.get("model_input", DEFAULT_INPUT), "loader": cfg.get("loader") or {},
+                            "clip": config_clip(cfg)}
+
+
+def _safetensors_file(path: Path) -> tuple[nn.Module, dict[str, Any]]:
+    """A ``moquad export --format safetensors`` file; the architecture from its metadata, the input from its card."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from moquad.models.backbones import BACKBONES, DEFAULT_INPUT
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
+        sd = load_file(str(path))
+    except Exception as e:  # any parse failure of a user-supplied file
+        raise MoquadError(f"{path} is not a readable safetensors file ({type(e).__name__}); re-run moquad export") from e
+    arch = meta.get("architecture")
+    if arch not in BACKBONES:
+        raise MoquadError(f"{path} names no known architecture ({arch!r}); re-export it with moquad export "
+                          "--format safetensors")
+    card = path.with_suffix(".json")
+    cfg = json.loads(card.read_text()).get("pretrain_config", {}) if card.is_file() else {}
+    model_input = cfg.get("model_input", DEFAULT_INPUT)
+    net = _into_backbone(arch, sd, BACKBONES[arch].torchvision is not None, model_input, path)
+    return net, {"backbone": arch, "method": cfg.get("method"), "model_input": model_input,
+                 "loader": cfg.get("loader") or {}, "card": str(card) if card.is_file() else None,
+                 "clip": config_clip(cfg) if cfg else native_clip(arch)}
+
+
+def _torchvision_file(path: Path, arch: str) -> tuple[nn.Module, dict[str, Any]]:
+    """A state dict of ``torchvision.models.video.<arch>`` (with or without its classifier), e.g. torchvision's
+    Kinetics weights or ``moquad export --format torchvision``."""
+    from moquad.train.checkpoint import load
+
+    sd = load(path, require=())
+    sd = sd.get("state_dict", sd) if isinstance(sd.get("state_dict"), dict) else sd
+    return _into_backbone(arch, sd, True, "rgb", path), {"backbone": arch, "method": "torchvision weights",
+                                                         "clip": native_clip(arch)}
 
 
 def _moquad_norm() -> Norm:
@@ -192,14 +306,13 @@ def _moquad_norm() -> Norm:
 def _moquad_load(name: str, _config: Any) -> Loaded:
     """A moquad checkpoint or export: moquad's own loaders (the motion report's), the clip it was pre-trained at."""
     from moquad.eval.clips import pretrain_clip
-    from moquad.eval.motion import ENCODERS
     from moquad.models import BACKBONES
 
     path = Path(name)
     if not path.is_file():
         raise MoquadError(f"encoder {name!r}: {path} not found; give RUN/checkpoints/last.pt, an exported "
                           ".safetensors, torchvision:ARCH[:WEIGHTS] or hf:FOLDER_OR_HUB_NAME")
-    net, info = ENCODERS["safetensors" if path.suffix == ".safetensors" else "checkpoint"](path, None)
+    net, info = (_safetensors_file if path.suffix == ".safetensors" else _checkpoint_file)(path)
     pc = pretrain_clip(info)
     clip = Clip(pc.frames, pc.size, pc.dilation, source="the clip it was pre-trained at (moquad.eval.clips)")
     return Loaded(net, clip, _moquad_norm(), BACKBONES[info["backbone"]].dim, {"path": str(path.resolve()), **info})
@@ -228,7 +341,6 @@ def _torchvision_clip_norm(arch: str, weights: Any) -> tuple[Clip, Norm]:
 
 def _torchvision_load(name: str, _config: Any) -> Loaded:
     """``ARCH[:WEIGHTS]``: moquad's trunk of a torchvision video model, random or with weights (file or name)."""
-    from moquad.eval.motion import ENCODERS
     from moquad.models import BACKBONES, build_backbone
     from moquad.models.backbones import TORCHVISION_ARCHS
 
@@ -240,13 +352,15 @@ def _torchvision_load(name: str, _config: Any) -> Loaded:
     named = weights in enum.__members__ or weights == "DEFAULT"
     ref = enum[weights] if weights in enum.__members__ else enum.DEFAULT
     if not weights:
-        net, _ = build_backbone(arch)
-        info: dict[str, Any] = {"backbone": arch, "weights": "random init"}
+        with torch.random.fork_rng():  # the same network at every load (features cached, compared, reported)
+            torch.manual_seed(0)
+            net, _ = build_backbone(arch)
+        info: dict[str, Any] = {"backbone": arch, "weights": "random init (seed 0)"}
     elif named:
-        net, info = ENCODERS["torchvision"](_download(arch, ref), arch)
+        net, info = _torchvision_file(_download(arch, ref), arch)
         info["weights"] = f"{type(ref).__name__}.{ref.name}"
     elif Path(weights).is_file():
-        net, info = ENCODERS["torchvision"](Path(weights), arch)
+        net, info = _torchvision_file(Path(weights), arch)
         info["weights"] = str(Path(weights).resolve())
     else:
         known = ", ".join([w.name for w in enum] + ["DEFAULT"])
@@ -560,7 +674,7 @@ def parse_spec(spec: str) -> tuple[str, str, str]:
     folder's name (RUN/checkpoints/last.pt) or the file's stem."""
     from moquad.models.backbones import TORCHVISION_ARCHS
 
-    label, _, rest = spec.rpartition("=") if "=" in spec else ("", "", spec)
+    label, _, rest = spec.rpartition("=") if "=" in spec and not Path(spec).exists() else ("", "", spec)
     scheme, _, name = rest.partition(":")
     if scheme in TORCHVISION_ARCHS:
         scheme, name = "torchvision", rest
@@ -606,7 +720,12 @@ def fill_clip(cfg: Any, encoder: Encoder) -> Any:
 
 
 def load_encoder(spec: str) -> Encoder:
-    """The frozen encoder a name means (module docstring), in eval mode."""
+    """The frozen encoder a name ``[LABEL=]NAME`` means, in eval mode: a moquad checkpoint (RUN/checkpoints/last.pt)
+    or export (FILE.safetensors), ``torchvision:ARCH[:WEIGHTS]`` (random init, a weights file or the name of
+    torchvision's weights) or ``hf:FOLDER_OR_HUB_NAME`` (a transformers video model: V-JEPA 2, VideoMAE,
+    TimeSformer, ViViT, X-CLIP). ``enc(enc.normalize(uint8 clips (N, 3, T, H, W), device))``: pooled features
+    (N, D); ``enc.tokens(...)``: the token grid; ``enc.clip``: its native clip; ``enc.record()``: what a result
+    records of it."""
     label, scheme, name = parse_spec(spec)
     family, config = family_of(scheme, name)
     loaded = FAMILIES[family].load(name, config)

@@ -1,17 +1,18 @@
-"""Video-level features of a frozen pre-trained backbone, cached as a Lance dataset.
+"""Video-level features of a frozen pre-trained backbone (or any encoder of :mod:`moquad.eval.encoders`), cached as
+a Lance dataset.
 
 Per video: ``cfg.num_clips`` uniformly spaced clips of ``cfg.frames`` frames at
 ``cfg.dilation`` (see :mod:`moquad.eval.clips`; unset: the checkpoint's pre-training clip), each as a
 centre crop or 3 crops; the
-backbone's pooled feature (before the projection head, model in eval mode) of every
-view; the plain mean over all views. Features are NOT L2-normalised in the cache
+backbone's pooled feature (before the projection head, model in eval mode; another encoder: its family's pooled
+feature of clips normalised as its family says) of every view; the plain mean over all views. Features are NOT L2-normalised in the cache
 (retrieval / probes normalise as their protocol says).
 
 Cache: ``OUT/features/{split}.lance`` with columns ``video_id, split, label, class_name,
 embedding`` (fixed-size list<float32>) in manifest order, and the schema metadata key
 ``moquad`` = JSON of ``{"protocol", "checkpoint_sha256", "manifest_checksum", ...}``. A later
-call with the same protocol, checkpoint bytes and manifest content reuses it; anything
-else re-extracts.
+call with the same protocol, checkpoint bytes (an encoder: :meth:`Encoder.sha256`) and manifest content reuses
+it; anything else re-extracts.
 
 Distributed (torchrun env: RANK / WORLD_SIZE): rank r takes rows r, r+W, r+2W, ... (no
 padding, no drop_last; :func:`moquad.dist.my_rows`), features are gathered on every rank, which
@@ -46,13 +47,15 @@ from moquad.eval.common import (
     check_unchanged,
     checkpoint_sha256,
     dist_env,
+    frozen_encoder,
+    is_checkpoint,
     out_dir,
     resolve_device,
     snapshot,
     with_clip,
 )
+from moquad.eval.encoders import Encoder
 from moquad.objstore import is_url
-from moquad.train.checkpoint import load_model
 
 # Lance warns "not fork-safe" at every fork once imported: a child that uses Lance's runtime can deadlock. Ours never
 # do (DataLoader workers decode clips; Lance reads and writes the cache in the parent only), so the warning (twice
@@ -75,7 +78,15 @@ def protocol(cfg: EvalConfig, split: str) -> dict[str, Any]:
         "short_videos": "stretched over the whole video (moquad.data.clip_frames)",
         "feature": "backbone pooled (before projection head), eval mode, mean over clips x crops",
         "normalize": "moquad.data.augment.normalize",
+        **({} if is_checkpoint(cfg.checkpoint) else _encoder_protocol(cfg.checkpoint)),
     }
+
+
+def _encoder_protocol(name: str) -> dict[str, Any]:
+    """What another encoder's features are (its family's pooling and normalisation), in the cache key."""
+    enc = frozen_encoder(name)
+    return {"encoder": name, "feature": f"{enc.family.pooling}, eval mode, mean over clips x crops",
+            "normalize": enc.norm.source}
 
 
 def features_path(cfg: EvalConfig, split: str) -> Path:
@@ -112,8 +123,10 @@ def compute_features(
     backbone: torch.nn.Module, cfg: EvalConfig, split: Split, indices: list[int], show: bool = False
 ) -> tuple[list[int], np.ndarray]:
     """Features of the manifest rows ``indices`` of ``split`` -> (indices, float32 (len, D)). A clip setting left
-    unset (None) is the checkpoint's (none: the paper's), as in every evaluation command."""
+    unset (None) is the checkpoint's (none: the paper's), as in every evaluation command. ``backbone``: a network
+    taking moquad-normalised clips, or an encoder of ``moquad.load_encoder`` (clips normalised as its family says)."""
     cfg = with_clip(cfg)
+    prep = backbone.normalize if isinstance(backbone, Encoder) else normalize
     device = resolve_device(cfg.device)
     backbone = backbone.to(device).eval()
     views = TestViews(split, indices, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops)
@@ -123,7 +136,7 @@ def compute_features(
     with Progress(disable=not show, transient=True) as progress:
         task = progress.add_task("extracting", total=len(indices))
         for j, views in loader:
-            out = [backbone(normalize(views[s : s + cfg.batch_size], device)).float()
+            out = [backbone(prep(views[s : s + cfg.batch_size], device)).float()
                    for s in range(0, len(views), cfg.batch_size)]
             feats.append(torch.cat(out).mean(0).cpu().numpy())
             done.append(int(j))
@@ -166,7 +179,7 @@ def extract(cfg: EvalConfig, split: str, *, force: bool = False) -> Path:
         "protocol": protocol(cfg, split),
         "checkpoint_sha256": checkpoint_sha256(cfg.checkpoint),
         "manifest_checksum": data.checksum_value,
-        "checkpoint": str(Path(cfg.checkpoint).resolve()),
+        "checkpoint": str(Path(cfg.checkpoint).resolve()) if Path(cfg.checkpoint).exists() else cfg.checkpoint,
         "data": cfg.data if is_url(cfg.data) else str(Path(cfg.data).resolve()),
         "videos": len(data),
         "moquad_version": getattr(moquad, "__version__", None),
@@ -177,10 +190,10 @@ def extract(cfg: EvalConfig, split: str, *, force: bool = False) -> Path:
         return path
 
     rank, _ = dist_env()
-    model, _ = load_model(cfg.checkpoint)
-    before = snapshot(model.backbone)
-    idx, emb = compute_features(model.backbone, cfg, data, dist.my_rows(len(data)), show=rank == 0)
-    check_unchanged(model.backbone, before)  # eval mode + inference: weights and BN stats untouched
+    encoder = frozen_encoder(cfg.checkpoint)
+    before = snapshot(encoder)
+    idx, emb = compute_features(encoder, cfg, data, dist.my_rows(len(data)), show=rank == 0)
+    check_unchanged(encoder, before)  # eval mode + inference: weights and BN stats untouched
     ordered = dist.gather_rows(idx, emb, len(data))
     if rank == 0:
         _write(path, data, ordered, meta)

@@ -8,7 +8,9 @@ BN and bias). Training clip: random start, short side ``size*8/7``, random ``siz
 horizontal flip. The classifier is a fresh linear layer on the pooled backbone feature (the
 projection head is dropped), with dropout before it.
 
-Start (``cfg.finetune.init``): ``checkpoint`` loads the pre-trained backbone; ``random`` trains the
+Start (``cfg.finetune.init``): ``checkpoint`` loads the pre-trained backbone (``cfg.checkpoint`` naming another
+encoder of :mod:`moquad.eval.encoders`, ``hf:NAME`` or ``torchvision:ARCH[:WEIGHTS]``: that whole encoder, trained
+end to end under a linear head, clips normalised as its family says); ``random`` trains the
 same backbone from random init (seed ``cfg.seed``): the supervised bound of a self-supervised
 result (``moquad finetune --init random --backbone NAME``). Its backbone is ``cfg.finetune.backbone``, else
 the checkpoint's (read for its settings only), so ``random`` needs no checkpoint when the backbone is named.
@@ -31,6 +33,7 @@ started from, None from random init; ``moquad cam`` uses it when present).
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,7 @@ from moquad.eval.common import (
     checkpoint_sha256,
     copy_result,
     dist_env,
+    is_checkpoint,
     labelled_splits,
     out_dir,
     record,
@@ -90,6 +94,9 @@ def load_classifier(path: str | Path) -> tuple[Classifier, dict[str, Any]]:
 
     saved = torch.load(path, map_location="cpu", weights_only=True)
     saved_cfg = saved["config"]
+    if "backbone" not in saved_cfg:
+        raise MoquadError(f"{path} fine-tuned the encoder {saved_cfg.get('encoder', {}).get('spec')}, not a moquad "
+                          "backbone; this reads networks fine-tuned from moquad checkpoints")
     backbone, feat_dim = build_backbone(saved_cfg["backbone"], saved_cfg.get("model_input", DEFAULT_INPUT))
     net = Classifier(backbone, feat_dim, len(saved["classes"]), 0.0)  # dropout is off in eval mode anyway
     net.backbone.load_state_dict(saved["backbone"])
@@ -98,7 +105,7 @@ def load_classifier(path: str | Path) -> tuple[Classifier, dict[str, Any]]:
 
 
 def _train(net: nn.Module, cfg: EvalConfig, train: Split, rows: np.ndarray, device: torch.device, rank: int,
-           world: int) -> list[float]:
+           world: int, norm: Callable[[torch.Tensor, Any], torch.Tensor] = normalize) -> list[float]:
     """Fine-tune ``net`` in place (DDP under torchrun); the mean training loss of every epoch."""
     ft = cfg.finetune
     opt = make_optimizer(net, ft.optimizer, ft.lr, ft.weight_decay, finetune=True)  # adamw_vit: layer-wise decay
@@ -123,7 +130,7 @@ def _train(net: nn.Module, cfg: EvalConfig, train: Split, rows: np.ndarray, devi
             for clips, labels in loader:
                 for g in opt.param_groups:
                     g["lr"] = lrs[step]
-                loss = nn.functional.cross_entropy(train_net(normalize(clips, device)), labels.to(device))
+                loss = nn.functional.cross_entropy(train_net(norm(clips, device)), labels.to(device))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -139,6 +146,15 @@ def _train(net: nn.Module, cfg: EvalConfig, train: Split, rows: np.ndarray, devi
 def _network(cfg: EvalConfig, num_classes: int) -> tuple[Classifier, dict[str, Any], str | None]:
     """The network to fine-tune, the model settings it records, and the sha256 of the weights it starts from."""
     ft = cfg.finetune
+    if cfg.checkpoint and not is_checkpoint(cfg.checkpoint):
+        if ft.init != "checkpoint" or ft.backbone:
+            raise MoquadError(f"{cfg.checkpoint} is fine-tuned from its own weights; drop --init random / --backbone "
+                              "(the supervised bound: --init random --backbone NAME without the encoder)")
+        from moquad.eval.encoders import load_encoder
+
+        enc = load_encoder(cfg.checkpoint)  # its own copy: the cached frozen one stays as loaded
+        enc.requires_grad_(True)
+        return Classifier(enc, enc.out_dim, num_classes, ft.dropout), {"encoder": enc.record()}, enc.sha256()
     if ft.init == "checkpoint":
         model, ckpt = load_model(cfg.checkpoint)
         if ft.backbone and ft.backbone != ckpt["config"]["backbone"]:
@@ -165,7 +181,9 @@ def _save_model(net: Classifier, classes: list[str], settings: dict[str, Any], s
 def _protocol(cfg: EvalConfig, world: int) -> dict[str, Any]:
     ft = cfg.finetune
     return {
-        "init": "random (no pre-training: the supervised bound)" if ft.init == "random" else "the checkpoint's backbone",
+        "init": "random (no pre-training: the supervised bound)" if ft.init == "random" else "the checkpoint's backbone"
+        if is_checkpoint(cfg.checkpoint) else f"the encoder {cfg.checkpoint}, end to end, a linear head on its pooled "
+        "feature",
         "train_clip": f"{cfg.frames} frames, dilation {cfg.dilation}, random start, short side size*8/7, "
                       f"random crop{' + h-flip' if ft.flip else ', no flip'}", "epochs": ft.epochs, "batch_size": ft.batch_size,
         "ranks": world, "optimizer": ft.optimizer, "lr": ft.lr, "schedule": "half-period cosine, no warm-up",
@@ -190,10 +208,11 @@ def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None) -> dict[st
     train_rows, test_rows = labelled(train), labelled(test)
     net, settings, source = _network(cfg, max(len(classes), int(train.label.max()) + 1))
     net = net.to(device)
-    losses = _train(net, cfg, train, train_rows, device, rank, world)
+    norm = getattr(net.backbone, "normalize", normalize)  # an encoder's own; a moquad backbone's: moquad's
+    losses = _train(net, cfg, train, train_rows, device, rank, world, norm)
     # test: rank r takes videos r, r+W, ... (no padding), probabilities gathered and put back in order
     mine = dist.my_rows(len(test_rows))
-    probs = dist.gather_rows(mine, predict_views(net, cfg, test, test_rows[mine], device, show=rank == 0),
+    probs = dist.gather_rows(mine, predict_views(net, cfg, test, test_rows[mine], device, show=rank == 0, norm=norm),
                              len(test_rows))
     labels = test.label[test_rows]
     report = accuracy_report(probs, labels, classes)

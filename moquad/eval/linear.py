@@ -18,6 +18,7 @@ bit-for-bit afterwards; any difference raises (the moco ``sanity_check``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from moquad.eval.clips import TestViews, TrainClips, labelled
 from moquad.eval.common import (
     check_unchanged,
     copy_result,
+    frozen_encoder,
     labelled_splits,
     record,
     resolve_device,
@@ -42,7 +44,6 @@ from moquad.eval.common import (
     with_clip,
 )
 from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
-from moquad.train.checkpoint import load_model
 from moquad.train.optimizers import make_optimizer
 from moquad.train.schedule import lr_schedule
 
@@ -90,8 +91,9 @@ def _fast(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tup
 
 @torch.no_grad()
 def predict_views(net: nn.Module, cfg: EvalConfig, split: Split, rows: np.ndarray | list[int], device: torch.device,
-                  show: bool = True) -> np.ndarray:
-    """Softmax averaged over every test view of each video of ``rows`` -> (videos, classes)."""
+                  show: bool = True, norm: Callable[[torch.Tensor, Any], torch.Tensor] = normalize) -> np.ndarray:
+    """Softmax averaged over every test view of each video of ``rows`` -> (videos, classes); ``norm``: uint8 clips ->
+    the network's input (an encoder's :meth:`Encoder.normalize`)."""
     net.eval()
     views = TestViews(split, rows, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops)
     loader = torch.utils.data.DataLoader(views, batch_size=None, num_workers=cfg.workers)
@@ -99,7 +101,7 @@ def predict_views(net: nn.Module, cfg: EvalConfig, split: Split, rows: np.ndarra
     with Progress(disable=not show, transient=True) as progress:
         task = progress.add_task("testing", total=len(rows))
         for _, views in loader:
-            p = [net(normalize(views[s : s + cfg.batch_size], device)).float().softmax(1)
+            p = [net(norm(views[s : s + cfg.batch_size], device)).float().softmax(1)
                  for s in range(0, len(views), cfg.batch_size)]
             out.append(torch.cat(p).mean(0).cpu().numpy())
             progress.advance(task)
@@ -116,14 +118,11 @@ def _cvrl(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tup
     lc = cfg.linear
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
-    model, _ = load_model(cfg.checkpoint)
-    backbone = model.backbone.to(device).eval()
-    for p in backbone.parameters():
-        p.requires_grad_(False)
+    backbone = frozen_encoder(cfg.checkpoint).to(device).eval()
     before = snapshot(backbone)
     train_rows, test_rows = labelled(train), labelled(test)
     n_cls = max(len(classes), int(train.label.max()) + 1)
-    clf = nn.Linear(model.feat_dim, n_cls).to(device)
+    clf = nn.Linear(backbone.out_dim, n_cls).to(device)
     opt = make_optimizer(clf, lc.optimizer, lc.lr, lc.weight_decay)
     ds = TrainClips(train, train_rows, cfg.frames, cfg.dilation, cfg.size, lc.flip, cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -137,7 +136,7 @@ def _cvrl(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tup
             ds.epoch = epoch
             for clips, labels in loader:
                 with torch.no_grad():
-                    feats = backbone(normalize(clips, device)).float()
+                    feats = backbone(backbone.normalize(clips, device)).float()
                 for g in opt.param_groups:
                     g["lr"] = lrs[step]
                 loss = nn.functional.cross_entropy(clf(feats), labels.to(device))
@@ -146,7 +145,7 @@ def _cvrl(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tup
                 opt.step()
                 step += 1
                 progress.advance(task)
-    probs = predict_views(nn.Sequential(backbone, clf), cfg, test, test_rows, device)
+    probs = predict_views(nn.Sequential(backbone, clf), cfg, test, test_rows, device, norm=backbone.normalize)
     check_unchanged(backbone, before)
     labels = test.label[test_rows]
     proto = {"variant": "cvrl: linear layer on the frozen backbone", "train_clip": f"{cfg.frames} frames, dilation {cfg.dilation}, "

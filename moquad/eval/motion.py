@@ -3,9 +3,10 @@
 Each video of a split gives ONE clip (``frames`` frames at ``dilation``, centred: the evaluation clip rule of
 :mod:`moquad.data.clip_frames`) and controlled variants of it (:data:`TRANSFORMS`): the same frames under another
 crop (the reference: an appearance-preserving change every encoder is trained to ignore), played backwards, at
-2x and 4x speed, mirrored, and still (its middle frame repeated). Every encoder (:data:`ENCODERS`: moquad
-checkpoints, exported safetensors, torchvision video models) sees exactly the same pixels, normalised as
-:func:`moquad.data.augment.normalize` (torchvision's Kinetics mean / std). From the pooled features:
+2x and 4x speed, mirrored, and still (its middle frame repeated). Every encoder (any name of the encoder table,
+:data:`moquad.eval.encoders.FAMILIES`: moquad checkpoints and exports, torchvision and Hugging Face video models)
+sees exactly the same pixels, each normalised as its own family says (:class:`moquad.eval.encoders.Norm`). From
+the pooled features:
 
 - **arrow of time**: top-1 of a logistic regression (:func:`moquad.eval.linear.fit_logistic`) telling a clip from
   its reversal, trained on half of the videos and tested on the other half (chance 50 %); and the feature
@@ -25,10 +26,9 @@ clip rule (counted in the result as ``short_videos``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +36,14 @@ import numpy as np
 import torch
 from rich.progress import Progress
 from rich.table import Table
-from torch import nn
 
 from moquad.config import MotionConfig
-from moquad.data.augment import normalize
 from moquad.data.clip_frames import clip_span, uniform_clips
 from moquad.data.store import Split, read_info
 from moquad.errors import MoquadError
 from moquad.eval.clips import PretrainClip, pretrain_clip, resize_short, spatial_crops
-from moquad.models.backbones import BACKBONES, DEFAULT_INPUT, TORCHVISION_ARCHS
+from moquad.eval.encoders import Encoder, config_clip, load_encoder
+from moquad.models.backbones import DEFAULT_INPUT
 
 # ----------------------------------------------------------------------------- the transforms
 
@@ -174,131 +173,6 @@ def resolve_pairs(classes: Sequence[str], user: Sequence[tuple[str, str]]) -> li
     return list(dict.fromkeys(out))
 
 
-# ----------------------------------------------------------------------------- the encoders
-
-
-@dataclass
-class Encoder:
-    """A frozen feature network (clips (N, 3, T, H, W) -> (N, D)) and where it came from; ``info["clip"]``: the clip
-    its weights carry (:func:`config_clip`, :func:`native_clip`), absent when unknown."""
-
-    label: str
-    net: nn.Module
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-def config_clip(config: dict[str, Any]) -> dict[str, Any]:
-    """``info["clip"]`` of weights with a moquad config (a checkpoint's, an export's card): its pre-training clip."""
-    clip = pretrain_clip(config)
-    return {"frames": clip.frames, "size": clip.size, "dilations": list(clip.dilations), "from": "pre-training"}
-
-
-def native_clip(arch: str) -> dict[str, Any]:
-    """``info["clip"]`` of weights that carry no clip (torchvision's, an export without its card): the native clip
-    of their backbone row (``moquad.models.BACKBONES``), e.g. 16 x 224 for mvit_v2_s."""
-    frames, size = BACKBONES[arch].clip
-    return {"frames": frames, "size": size, "dilations": None, "from": f"the {arch} row's native clip"}
-
-
-def _into_backbone(arch: str, sd: dict[str, torch.Tensor], torchvision_names: bool, model_input: str,
-                   path: Path) -> nn.Module:
-    """moquad's ``build_backbone(arch, model_input)`` with ``sd`` loaded strictly (torchvision's classifier keys,
-    absent from moquad's trunk, are dropped; their names come from the backbone table)."""
-    from moquad.models import BACKBONES, build_backbone
-
-    net, _ = build_backbone(arch, model_input)
-    names = BACKBONES[arch].torchvision
-    if torchvision_names and names is not None:
-        sd = {names.prefix + k: v for k, v in sd.items() if k not in names.head}
-    try:
-        net.load_state_dict(sd)
-    except RuntimeError as e:
-        detail = " ".join(str(e).split())[:200]
-        raise MoquadError(f"{path}: its weights do not fit torchvision's / moquad's {arch}: {detail}") from e
-    return net
-
-
-def _checkpoint_encoder(path: Path, arch: str | None) -> tuple[nn.Module, dict[str, Any]]:
-    """A ``moquad pretrain`` checkpoint (RUN/checkpoints/last.pt): its backbone."""
-    from moquad.train.checkpoint import load_model
-
-    model, ckpt = load_model(path)
-    cfg = ckpt["config"]
-    return model.backbone, {"backbone": cfg["backbone"], "method": cfg.get("method"), "epoch": ckpt.get("epoch"),
-                            "model_input": cfg.get("model_input", DEFAULT_INPUT), "loader": cfg.get("loader") or {},
-                            "clip": config_clip(cfg)}
-
-
-def _safetensors_encoder(path: Path, arch: str | None) -> tuple[nn.Module, dict[str, Any]]:
-    """A ``moquad export --format safetensors`` file; the architecture from its metadata, the input from its card."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    from moquad.models import BACKBONES
-
-    try:
-        with safe_open(str(path), "pt") as f:
-            meta = f.metadata() or {}
-        sd = load_file(str(path))
-    except Exception as e:  # any parse failure of a user-supplied file
-        raise MoquadError(f"{path} is not a readable safetensors file ({type(e).__name__}); re-run moquad export") from e
-    arch = arch or meta.get("architecture")
-    if arch not in BACKBONES:
-        raise MoquadError(f"{path} names no known architecture ({arch!r}); pass ARCH:{path} (one of "
-                          f"{', '.join(BACKBONES)})")
-    card = path.with_suffix(".json")
-    cfg = json.loads(card.read_text()).get("pretrain_config", {}) if card.is_file() else {}
-    model_input = cfg.get("model_input", DEFAULT_INPUT)
-    net = _into_backbone(arch, sd, BACKBONES[arch].torchvision is not None, model_input, path)
-    return net, {"backbone": arch, "method": cfg.get("method"), "model_input": model_input,
-                 "loader": cfg.get("loader") or {}, "card": str(card) if card.is_file() else None,
-                 "clip": config_clip(cfg) if cfg else native_clip(arch)}
-
-
-def _torchvision_encoder(path: Path, arch: str | None) -> tuple[nn.Module, dict[str, Any]]:
-    """A state dict of ``torchvision.models.video.<arch>`` (with or without its classifier), e.g. torchvision's
-    Kinetics weights or ``moquad export --format torchvision``."""
-    from moquad.train.checkpoint import load
-
-    sd = load(path, require=())
-    sd = sd.get("state_dict", sd) if isinstance(sd.get("state_dict"), dict) else sd
-    return _into_backbone(str(arch), sd, True, "rgb", path), {"backbone": arch, "method": "torchvision weights",
-                                                              "clip": native_clip(str(arch))}
-
-
-# kind -> loader (path, architecture or None) -> (backbone, info); the kind comes from the spec (:func:`parse_spec`)
-ENCODERS: dict[str, Callable[[Path, str | None], tuple[nn.Module, dict[str, Any]]]] = {
-    "checkpoint": _checkpoint_encoder,
-    "safetensors": _safetensors_encoder,
-    "torchvision": _torchvision_encoder,
-}
-
-
-def parse_spec(spec: str) -> tuple[str, str, str | None, Path]:
-    """``[LABEL=][ARCH:]PATH`` -> (label, kind, arch, path). ARCH (a torchvision video model) marks a torchvision
-    weights file; a ``.safetensors`` path is an export; anything else a moquad checkpoint. Default label: the run
-    folder's name (RUN/checkpoints/last.pt) or the file's stem."""
-    label, _, rest = spec.rpartition("=") if "=" in spec else ("", "", spec)
-    arch, _, file = rest.partition(":") if rest.split(":", 1)[0] in TORCHVISION_ARCHS else ("", "", rest)
-    path = Path(file)
-    if not path.is_file():
-        raise MoquadError(f"encoder {spec!r}: {path} not found; give RUN/checkpoints/last.pt, an exported "
-                          f".safetensors, or ARCH:WEIGHTS.pth with ARCH one of {', '.join(TORCHVISION_ARCHS)}")
-    kind = "torchvision" if arch else "safetensors" if path.suffix == ".safetensors" else "checkpoint"
-    default = path.parent.parent.name if path.parent.name == "checkpoints" else path.stem
-    return label or default, kind, arch or None, path
-
-
-def load_encoder(spec: str) -> Encoder:
-    """The frozen backbone a spec ``[LABEL=][ARCH:]PATH`` names, in eval mode: a moquad checkpoint
-    (``RUN/checkpoints/last.pt``), an exported ``.safetensors``, or ``ARCH:WEIGHTS`` for a torchvision video
-    model's weights. The label (default: the run folder's name, or the file's stem) names it in the report.
-    The result has ``.label``, ``.net`` (the network: clips (N, 3, T, H, W) -> features (N, D)) and ``.info``."""
-    label, kind, arch, path = parse_spec(spec)
-    net, info = ENCODERS[kind](path, arch)
-    return Encoder(label, net.eval(), {"kind": kind, "path": str(path.resolve()), **info})
-
-
 # ----------------------------------------------------------------------------- features and measures
 
 
@@ -310,7 +184,7 @@ def transform_features(encoders: Sequence[Encoder], split: Split, rows: Sequence
     network's weights and BN statistics are checked unchanged afterwards (as extraction does)."""
     from moquad.eval.common import check_unchanged, snapshot
 
-    nets = {e.label: e.net.to(device).eval() for e in encoders}
+    nets = {e.label: e.to(device).eval() for e in encoders}
     before = {label: snapshot(net) for label, net in nets.items()}
     loader = torch.utils.data.DataLoader(MotionViews(split, rows, frames, dilation, size), batch_size=None,
                                          num_workers=workers)
@@ -318,8 +192,11 @@ def transform_features(encoders: Sequence[Encoder], split: Split, rows: Sequence
     with Progress(disable=not show, transient=True) as progress:
         task = progress.add_task(f"motion report: {len(nets)} encoder(s) x {len(VIEWS)} views", total=len(rows))
         for _, views in loader:
-            x = normalize(views, device)
+            inputs: dict[Any, torch.Tensor] = {}  # one normalised copy per normalisation the encoders use
             for label, net in nets.items():
+                if net.norm not in inputs:
+                    inputs[net.norm] = net.normalize(views, device)
+                x = inputs[net.norm]
                 f = [net(x[s : s + batch_size]).float() for s in range(0, len(x), batch_size)]
                 out[label].append(torch.cat(f).cpu().numpy())
             progress.advance(task)
@@ -421,8 +298,13 @@ def geometry(encoders: Sequence[Encoder], frames: int | None, size: int | None) 
 
 def encoder_clip(enc: Encoder) -> dict[str, Any] | None:
     """The clip ``enc``'s weights carry (``info["clip"]``; an encoder made by hand with a moquad ``loader`` in its
-    info: that pre-training clip); None when unknown."""
-    return enc.info.get("clip") or (config_clip(enc.info) if enc.info.get("loader") else None)
+    info: that pre-training clip; another family's: its native clip, :attr:`Encoder.clip`); None when unknown."""
+    if enc.info.get("clip") or enc.info.get("loader"):
+        return enc.info.get("clip") or config_clip(enc.info)
+    if enc.family_name == "moquad":
+        return None
+    c = enc.clip
+    return {"frames": c.frames, "size": c.size, "dilations": None, "from": c.source}
 
 
 def _clip_owner(encoders: Sequence[Encoder]) -> Encoder | None:
@@ -481,6 +363,8 @@ def _report(data: str | Path, encoders: Sequence[Encoder], split: str | None, fr
     if len({e.label for e in encoders}) != len(encoders) or not encoders:
         raise MoquadError("give one or more encoders with distinct labels (LABEL=PATH)")
     frames, size = geometry(encoders, frames, size)
+    for e in encoders:  # before any video is decoded: the one line that says what the encoder takes
+        e.check_clip(frames, size)
     classes = list(read_info(data).get("classes", []))
     pair_ids = resolve_pairs(classes, pairs)
     if pairs and not (sp.label >= 0).any():
@@ -494,7 +378,7 @@ def _report(data: str | Path, encoders: Sequence[Encoder], split: str | None, fr
     results = {}
     for e in encoders:
         results[e.label] = {**measure(feats[e.label], seed), "feature_dim": int(feats[e.label].shape[-1]),
-                            "encoder": e.info}
+                            "encoder": e.record()}
         if pair_ids:
             results[e.label]["direction_pairs"] = pair_confusion(feats[e.label][:, 0], sp.label[rows], pair_ids,
                                                                  classes, knn_k)
@@ -510,8 +394,9 @@ def protocol(frames: int, dilation: int, size: int, seed: int, knn_k: int, short
     return {"clip": f"{frames} frames at dilation {dilation}, centred in the video (moquad.data.clip_frames)",
             "frames": frames, "dilation": dilation, "size": size,
             "views": {name: tr.description for name, tr in TRANSFORMS.items()},
-            "normalize": "moquad.data.augment.normalize (Kinetics mean / std)",
-            "feature": "backbone pooled feature (before any projection head), eval mode",
+            "normalize": "each encoder's own (its family's: the encoder record's normalize)",
+            "feature": "each encoder's pooled feature (its family's pooling; moquad: before any projection head), "
+                       "eval mode",
             "distance": "cosine distance after subtracting the split's mean clip feature, mean over videos",
             "ratio_to_crop": "distance clip <-> view / distance clip <-> crop (0: invariant; 1: as a crop)",
             "appearance_share": "1 - distance clip <-> still (1: the feature is what one frame shows)",
@@ -568,11 +453,12 @@ def report(cfg: MotionConfig, encoders: Sequence[str], show: bool = True) -> dic
 
 
 def write_report(result: dict[str, Any], out: str | Path) -> tuple[Path, Path]:
-    """OUT/motion.json (+ .txt, the table) and OUT/motion.png; the table is printed."""
+    """OUT/motion.json (+ .txt, the table) and OUT/motion.png; the table is printed. The figure is drawn first: a
+    figure that cannot be drawn leaves no result behind (motion.json means the report is whole)."""
     from moquad.eval.motion_plot import plot
     from moquad.eval.report import write_result
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    path = write_result(result, out / "motion.json", [table(result)])
-    return path, plot(result, out / "motion.png")
+    png = plot(result, out / "motion.png")
+    return write_result(result, out / "motion.json", [table(result)]), png

@@ -33,12 +33,14 @@ CLASSES = {0: [2, 3]}  # panel -> classes of each group's held-out classifier (c
 
 
 def wilson(p: float, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of a proportion ``p`` observed on ``n`` trials (95 % by default)."""
+    """Wilson score interval of a proportion ``p`` observed on ``n`` trials (95 % by default). It holds ``p``: at p = 0
+    or 1 rounding can put a bound 1e-16 on the wrong side (an error bar of negative length, which matplotlib
+    refuses), so the bounds are clamped to ``p``."""
     if n <= 0:
         return (0.0, 1.0)
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    return (min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half)))
 
 
 def held_out_clips(videos: int, classes: int) -> int:

@@ -1,10 +1,10 @@
 """The evaluation protocols: ONE table, name -> the protocol (what runs it, which settings it reads, what it needs).
 
-Every evaluation command is a row: extract, retrieve, linear, finetune, cam and the motion report. A new protocol
-is a module with a function ``f(cfg, **options)`` plus one row here; ``moquad.cli_eval`` builds its command from
-the row (``--data``, ``--checkpoint`` when the row reads one, ``--recipe`` when its config has recipes, and the
-row's settings as named flags; every other setting stays reachable with ``--set``), and callers run it by name
-(:func:`run`). The function is imported when run, not when this table is read: the feature cache imports Lance,
+Every evaluation command is a row: extract, retrieve, linear, attentive, finetune, cam and the motion report. A new
+protocol is a module with a function ``f(cfg, **options)`` plus one row here; ``moquad.cli_eval`` builds its command
+from the row (``--data``, ``--checkpoint`` when the row reads one (``--encoder``, the same option, where it reads any
+encoder name of :mod:`moquad.eval.encoders`), ``--recipe`` when its config has recipes, and the row's settings as
+named flags; every other setting stays reachable with ``--set``), and callers run it by name (:func:`run`). The function is imported when run, not when this table is read: the feature cache imports Lance,
 which is not fork-safe, so it must load after any stage that forks (``moquad quickstart``).
 """
 
@@ -46,6 +46,9 @@ class Protocol:
     # names its encoders as arguments). With a checkpoint, the clip settings left unset are its pre-training clip.
     needs_checkpoint: Callable[[Any], bool] | None = _always
     needs_data: bool = True  # False: --data is optional (cam: only to find a video_id)
+    # whether ``--checkpoint`` (``--encoder``) takes any encoder name (moquad.eval.encoders), not only a checkpoint;
+    # an encoder's native clip then fills the clip settings left unset
+    encoders: bool = True
 
     def runner(self) -> Callable[..., Any]:
         """The function that runs the protocol (imported now)."""
@@ -56,6 +59,10 @@ PROTOCOLS: dict[str, Protocol] = {
     "extract": Protocol("moquad.eval.features", "extract",
                         "per-video backbone features (multi-clip average), cached as Lance",
                         (*VIEWS, "batch_size")),
+    "attentive": Protocol("moquad.eval.attentive", "attentive",
+                          "attentive probe (V-JEPA 2's: a learnt query over the frozen tokens), multi-clip test",
+                          (*SPLITS, *VIEWS, "attentive.epochs", "attentive.lr", "attentive.weight_decay",
+                           "attentive.batch_size", "attentive.depth", "attentive.heads")),
     "retrieve": Protocol("moquad.eval.retrieve", "retrieve",
                          "test-split videos query the train split: hit@k, and DINO's weighted kNN top-1/5",
                          (*SPLITS, *VIEWS, "center", "index", "knn_k", "knn_t")),
@@ -67,7 +74,7 @@ PROTOCOLS: dict[str, Protocol] = {
                          (*SPLITS, *VIEWS, "finetune.init", "finetune.backbone", "finetune.epochs", "finetune.lr",
                           "finetune.batch_size"), needs_checkpoint=_unless_random_init),
     "cam": Protocol("moquad.eval.cam", "cam", "class-activation maps over a video's frames (the paper's Fig. 5)",
-                    ("frames", "size", "out", "device"), needs_data=False),
+                    ("frames", "size", "out", "device"), needs_data=False, encoders=False),
     "motion": Protocol("moquad.eval.motion", "report",
                        "arrow of time, speed, mirror, appearance share and direction pairs of frozen encoders",
                        ("out", "split", "frames", "size", "dilation", "max_videos", "pair", "knn_k", "seed",
@@ -79,6 +86,9 @@ def run(name: str, cfg: Any, **options: Any) -> Any:
     """Run protocol ``name`` of :data:`PROTOCOLS` on ``cfg`` (its row's config); ``options``: the protocol's own
     keywords (``split`` of extract, ``json_path`` of retrieve, ``fast`` of linear, ``video`` and ``out`` of cam,
     ``encoders`` of motion ...).
+
+    ``cfg.checkpoint`` naming another encoder (``hf:NAME``, ``torchvision:ARCH``, an export): its native clip fills
+    the clip settings left unset, and a clip it cannot take is the one-line error (:func:`moquad.eval.encoders.fill_clip`).
 
     A protocol that reads a checkpoint: the clip settings ``cfg`` leaves unset are the checkpoint's pre-training
     clip; one set to something else prints one warning line naming both (:func:`moquad.eval.common.with_clip`).

@@ -29,7 +29,8 @@ def provenance(cfg: EvalConfig, train: Split, test: Split) -> dict[str, Any]:
     return {
         "config": to_dict(cfg),
         "splits": {"train": train.split, "test": test.split},
-        "checkpoint": ({"path": str(Path(cfg.checkpoint).resolve()), "sha256": checkpoint_sha256(cfg.checkpoint)}
+        "checkpoint": ({"path": str(Path(cfg.checkpoint).resolve()) if Path(cfg.checkpoint).exists() else
+                        cfg.checkpoint, "sha256": checkpoint_sha256(cfg.checkpoint)}  # an encoder: its name
                        if cfg.checkpoint else None),  # None: fine-tuned from random init with no checkpoint
         "data": {
             "dir": str(Path(cfg.data).resolve()),
