@@ -176,7 +176,7 @@ def finetune(cfg: C.EvalConfig, json: str | None = _json_option()) -> None:
     Defaults: the paper's protocol (100 epochs, batch 32, LARS 0.08) at the checkpoint's pre-training clip; its
     10-clip x 3-crop test: --recipe eval/finetune_<dataset>.yaml. --init random trains the same backbone from
     random init: the supervised bound."""
-    _wrote(run("finetune", cfg, json_path=json), json)
+    _wrote(run("finetune", cfg, json_path=json, overwrite=True), json)
 
 
 @protocol_command("cam", "Example: moquad cam data/UCF-101/Fencing/v_Fencing_g01_c01.avi --data /data/shards/ucf101 "

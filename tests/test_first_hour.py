@@ -3,6 +3,7 @@ to do. Fast (no training, no transcoding) and independent of each other (each te
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -249,3 +250,13 @@ def test_python_calls_never_silently_replace_a_commands_result_and_can_be_quiet(
     assert "linear probe (linear_fast)" in capsys.readouterr().out  # not quiet: the tables
     result = runner.invoke(app, ["retrieve", "--data", str(data), "--checkpoint", str(ckpt), *small])
     assert result.exit_code == 0 and f"wrote {written}" in result.output
+    # fine-tuning: the same rule, asked before any training
+    ft = dataclasses.replace(ev, finetune=dataclasses.replace(ev.finetune, epochs=1, batch_size=2, optimizer="adamw",
+                                                                lr=1e-3))
+    moquad.finetune(ft, quiet=True)
+    tuned = tmp_path / "run" / "eval" / "finetune.json"
+    assert capsys.readouterr().out == "" and tuned.is_file()
+    before = tuned.read_bytes()
+    with pytest.raises(MoquadError, match="finetune.json exists"):
+        moquad.finetune(ft)
+    assert tuned.read_bytes() == before

@@ -55,9 +55,9 @@ from moquad.eval.common import (
     dist_env,
     is_checkpoint,
     labelled_splits,
-    out_dir,
     record,
     resolve_device,
+    result_path,
     with_clip,
 )
 from moquad.eval.linear import cosine, predict_views
@@ -105,8 +105,9 @@ def load_classifier(path: str | Path) -> tuple[Classifier, dict[str, Any]]:
 
 
 def _train(net: nn.Module, cfg: EvalConfig, train: Split, rows: np.ndarray, device: torch.device, rank: int,
-           world: int, norm: Callable[[torch.Tensor, Any], torch.Tensor] = normalize) -> list[float]:
-    """Fine-tune ``net`` in place (DDP under torchrun); the mean training loss of every epoch."""
+           world: int, norm: Callable[[torch.Tensor, Any], torch.Tensor] = normalize, show: bool = True) -> list[float]:
+    """Fine-tune ``net`` in place (DDP under torchrun); the mean training loss of every epoch (``show``: the
+    progress bar)."""
     ft = cfg.finetune
     opt = make_optimizer(net, ft.optimizer, ft.lr, ft.weight_decay, finetune=True)  # adamw_vit: layer-wise decay
     train_net: nn.Module = net
@@ -120,7 +121,7 @@ def _train(net: nn.Module, cfg: EvalConfig, train: Split, rows: np.ndarray, devi
     lrs = cosine(ft.lr, ft.epochs * len(loader))
     losses: list[float] = []
     step = 0
-    with Progress(transient=True, disable=rank != 0) as progress:
+    with Progress(transient=True, disable=not show) as progress:
         task = progress.add_task("fine-tuning", total=len(lrs))
         for epoch in range(ft.epochs):
             ds.epoch = epoch
@@ -192,10 +193,14 @@ def _protocol(cfg: EvalConfig, world: int) -> dict[str, Any]:
     }
 
 
-def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None) -> dict[str, Any]:
+def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None, quiet: bool = False,
+             overwrite: bool = False) -> dict[str, Any]:
     """Fine-tune (from the checkpoint, or from random init) on ``cfg.train_split``, test on ``cfg.test_split``;
     write results to the evaluation folder (``cfg.out``, else ``RUN/eval`` beside the checkpoint), and a copy of
-    the JSON to ``json_path`` when given."""
+    the JSON to ``json_path`` when given. A result already there (``moquad finetune``'s, say) is an error before
+    any training unless ``overwrite``. ``quiet``: print no table."""
+    name = "finetune" if cfg.finetune.init == "checkpoint" else "finetune_random"  # a bound never overwrites
+    path = result_path(cfg, f"{name}.json", overwrite)
     cfg = with_clip(cfg)
     rank, world = dist_env()
     if cfg.finetune.batch_size % world:
@@ -209,15 +214,15 @@ def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None) -> dict[st
     net, settings, source = _network(cfg, max(len(classes), int(train.label.max()) + 1))
     net = net.to(device)
     norm = getattr(net.backbone, "normalize", normalize)  # an encoder's own; a moquad backbone's: moquad's
-    losses = _train(net, cfg, train, train_rows, device, rank, world, norm)
+    show = rank == 0 and not quiet
+    losses = _train(net, cfg, train, train_rows, device, rank, world, norm, show)
     # test: rank r takes videos r, r+W, ... (no padding), probabilities gathered and put back in order
     mine = dist.my_rows(len(test_rows))
-    probs = dist.gather_rows(mine, predict_views(net, cfg, test, test_rows[mine], device, show=rank == 0, norm=norm),
+    probs = dist.gather_rows(mine, predict_views(net, cfg, test, test_rows[mine], device, show=show, norm=norm),
                              len(test_rows))
     labels = test.label[test_rows]
     report = accuracy_report(probs, labels, classes)
-    out = out_dir(cfg)
-    name = "finetune" if cfg.finetune.init == "checkpoint" else "finetune_random"  # a bound never overwrites
+    out = path.parent
     model_path, png = out / f"{name}_model.pt", out / f"{name}_confusion.png"
     if rank == 0:
         _save_model(net, classes, settings, source, model_path)
@@ -229,8 +234,8 @@ def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None) -> dict[st
                              for i, y, p in zip(test_rows, labels, probs)]
     result["confusion_png"], result["model"] = str(png), str(model_path)
     record(result, cfg)
-    path = write_result(result, out / f"{name}.json", [*accuracy_tables("fine-tuning", report),
-                                                       protocol_table("protocol", result)])
+    path = write_result(result, path, [*accuracy_tables("fine-tuning", report), protocol_table("protocol", result)],
+                        quiet=quiet)
     copy_result(path, json_path)
     dist.barrier()  # files written by rank 0 exist when any rank returns
     result["json"] = str(path)
