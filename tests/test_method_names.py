@@ -19,6 +19,7 @@ NOT_A_METHOD = {
     ("cli_eval.py", "pair"): "the motion report's --pair flag",
     ("eval/protocols.py", "pair"): "the motion report's pair option",
     ("eval/encoders.py", "moquad"): "the encoder family of moquad's own checkpoints and exports",
+    ("eval/motion.py", "moquad"): "the same encoder family (a moquad file without its clip: the clip is unknown)",
     ("data/views.py", "pair"): "the clip rule a two-clip plan records (moquad.data.clip_frames)",
 }
 
