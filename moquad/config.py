@@ -371,7 +371,7 @@ class PretrainConfig:
     key_bn: str | None = rule(None, choices=KEY_BN, help="Momentum methods: the BatchNorm statistics of the keys: "
                               "batch (the whole batch), groups (each key_bn_group videos apart), running (the online "
                               "network's running statistics); none: the method's choice.")
-    key_bn_group: int = rule(4, ge=1, help="Momentum methods, key_bn groups: videos per BatchNorm group of keys.")
+    key_bn_group: int = rule(4, ge=2, help="Momentum methods, key_bn groups: videos per BatchNorm group of keys.")
     # None: on when world size > 1 and the backbone has BatchNorm (logged)
     sync_bn: bool | None = rule(None, help="SyncBatchNorm across ranks (none: on with more than one rank and a "
                                 "BatchNorm backbone; GPU processes only; the choice is printed).")

@@ -163,6 +163,12 @@ def test_bad_encoders_are_one_line_each(world, tmp_path, monkeypatch):
                                    image_size=32, patch_size=8))
     image.save_pretrained(tmp_path / "vit")
     _refused((*base, "--encoder", f"hf:{tmp_path / 'vit'}"), "is a 'vit' model, not one of the video encoders", out)
+    _refused((*base, "--encoder", "torchvision:s3d", "--frames", "4", "--size", "32"), "cannot take 4 frames of 32 px: "
+             "its layers shrink that clip to nothing", out)  # S3D's pooling (a blank clip tried before any video)
+    _refused(("motion", "torchvision:s3d", "--data", data, "--out", out, "--frames", "8", "--size", "16"),
+             "cannot take 8 frames of 16 px", out)
+    _refused(("attentive", "--data", data, "--encoder", names["torchvision"], "--out", out, "--heads", "5"),
+             "heads (5) must divide the token width (512); pass --heads N", out)  # before any token is extracted
     _refused(("retrieve", "--data", data, "--encoder", names["torchvision"]), "has no run folder to put the results "
              "beside; pass --out DIR", tmp_path / "x")
 

@@ -4,6 +4,7 @@ library and from the CLI), and a real 2-process gloo group (the queue takes the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -343,6 +344,26 @@ def test_a_queue_as_large_as_the_split_gets_a_line():
 
     assert queue_advice(128, 280) is None
     assert queue_advice(4096, 280) == ("the queue of 4096 keys is at least as large as the 280 training videos: it "
-                                       "holds several, mostly stale keys of every video; use --set queue_size=128 "
+                                       "holds several, mostly stale keys of every video; use --queue-size 128 "
                                        "(about half the split) or fewer")
-    assert "queue_size=4 " in queue_advice(8, 8)
+    assert "--queue-size 4 " in queue_advice(8, 8)
+
+
+def test_the_start_up_line_says_what_the_momentum_encoder_is():
+    """The row's choices and the settings over them, as the run will train them; a group of 1 video (BatchNorm over
+    one sample) is refused by the config."""
+    from moquad.config import PretrainConfig
+    from moquad.models import build_model
+    from moquad.train.methods import METHODS
+    from moquad.train.momentum import build, describe
+
+    cfg = PretrainConfig(backbone="tiny", proj_dim=8, proj_hidden=16, queue_size=128)
+    model = build_model("tiny", 8, 16)
+    line = describe(build(METHODS["moco"].configured(cfg).momentum, model, cfg))
+    assert line.startswith("pretrain: momentum encoder: EMA from m0 0.99, an MLP predictor, keys' BatchNorm in groups "
+                           "of 4 videos, a queue of 128 keys (")
+    cfg = dataclasses.replace(cfg, predictor=False, key_bn="batch", queue_size=0)
+    line = describe(build(METHODS["moco"].configured(cfg).momentum, model, cfg))
+    assert "no predictor, keys' BatchNorm over the batch, no queue" in line
+    with pytest.raises(ValueError, match="key_bn_group"):
+        PretrainConfig(key_bn_group=1)

@@ -89,6 +89,13 @@ class CrossBlock(nn.Module):
         return q + self.mlp(self.norm2(q))
 
 
+def _check_heads(width: int, heads: int) -> None:
+    if width % heads:
+        divisors = [h for h in (1, 2, 3, 4, 6, 8, 12, 16) if width % h == 0]
+        raise MoquadError(f"the attentive probe's heads ({heads}) must divide the token width ({width}); pass "
+                          f"--heads N with N one of {', '.join(map(str, divisors))} (--set attentive.heads=N)")
+
+
 class AttentiveClassifier(nn.Module):
     """Tokens (B, L, C) -> class logits (B, classes): V-JEPA 2's attentive pooler (one query) and a linear layer.
     The tokens are first standardised per channel (``shift`` / ``scale`` buffers: the training tokens' mean and
@@ -97,9 +104,7 @@ class AttentiveClassifier(nn.Module):
     def __init__(self, dim: int, classes: int, depth: int = 4, heads: int = 16, mlp_ratio: float = 4.0,
                  init_std: float = 0.02):
         super().__init__()
-        if dim % heads:
-            raise MoquadError(f"the attentive probe's heads ({heads}) must divide the token width ({dim}); set "
-                              "attentive.heads (--set attentive.heads=N)")
+        _check_heads(dim, heads)
         self.register_buffer("shift", torch.zeros(dim))
         self.register_buffer("scale", torch.ones(dim))
         self.query = nn.Parameter(torch.zeros(1, 1, dim))
@@ -290,6 +295,9 @@ def attentive(cfg: EvalConfig, *, encoder: Encoder | None = None, json_path: str
     path = result_path(cfg, "attentive.json", overwrite)
     encoder = encoder or frozen_encoder(cfg.checkpoint)
     cfg = fill_clip(cfg, encoder)
+    with torch.inference_mode():  # the token width, before a pass over the data
+        width = encoder.tokens(torch.zeros(1, 3, cfg.frames, cfg.size, cfg.size)).shape[1]
+    _check_heads(width, cfg.attentive.heads)
     train, test = labelled_splits(cfg, "the attentive probe")
     classes = store.classes(cfg.data)
     before = snapshot(encoder)

@@ -161,6 +161,23 @@ class Encoder(nn.Module):
             raise MoquadError(f"encoder {self.label} ({self.family.description}) takes {self.clip.takes()}, not "
                               f"{frames} frames of {size} px; pass {' '.join(fixes)}")
 
+    def probe_clip(self, frames: int, size: int) -> None:
+        """:meth:`check_clip`, then, unless the clip is the encoder's own, one forward of a blank clip: a network
+        whose pooling shrinks a small clip to nothing (S3D under 5 frames or 24 px) fails here, in one line,
+        before any video is decoded."""
+        self.check_clip(frames, size)
+        if (frames, size) == (self.clip.frames, self.clip.size):
+            return
+        device = next(iter(self.net.parameters()), torch.zeros(())).device
+        try:
+            with torch.inference_mode():
+                self.family.features(self, torch.zeros(1, 3, frames, size, size, device=device))
+        except RuntimeError as e:
+            said = " ".join(str(e).split())[:120]
+            raise MoquadError(f"encoder {self.label} ({self.family.description}) cannot take {frames} frames of "
+                              f"{size} px: its layers shrink that clip to nothing ({said}); pass a larger clip, "
+                              f"e.g. its own: --frames {self.clip.frames} --size {self.clip.size}") from e
+
     def _check(self, x: torch.Tensor) -> None:
         if x.dim() != 5 or x.shape[1] != 3 or x.shape[-1] != x.shape[-2]:
             raise ValueError(f"expected square clips shaped (N, 3, T, S, S), got {tuple(x.shape)}")
@@ -418,14 +435,20 @@ def _transformers() -> Any:
 @contextmanager
 def _quiet_transformers() -> Iterator[None]:
     """transformers' progress bars and load reports off while moquad loads (a failure is reported by moquad)."""
+    import logging
+
     from transformers.utils import logging as hf_logging
 
     level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hub = logging.getLogger("huggingface_hub")  # its retry warnings
+    hub_level = hub.level
+    hub.setLevel(logging.ERROR)
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
         yield
     finally:
+        hub.setLevel(hub_level)
         hf_logging.set_verbosity(level)
         if bars:
             hf_logging.enable_progress_bar()
@@ -440,15 +463,36 @@ def hf_config(name: str) -> Any:
     if path.is_dir() and not (path / "config.json").is_file():
         raise MoquadError(f"hf:{name} has no config.json; give a folder written by save_pretrained (config.json + "
                           "model.safetensors) or a hub name ORG/MODEL")
-    if not path.exists() and not re.fullmatch(r"[\w.-]+/[\w.-]+", name):
-        raise MoquadError(f"hf:{name}: no such folder, and not a hub name (ORG/MODEL)")
+    if not path.exists() and (not re.fullmatch(r"[\w.-]+/[\w.-]+", name) or path.parent.is_dir()):
+        raise MoquadError(f"hf:{name}: no such folder" + (f" in {path.parent}" if path.parent.is_dir() else
+                                                           ", and not a hub name (ORG/MODEL)"))
+    download = f"download it where the hub is reachable (hf download {name} --local-dir DIR) and pass hf:DIR"
+    if not path.exists() and not _hub_reachable():
+        raise MoquadError(f"hf:{name}: the Hugging Face hub is not reachable from this machine; {download}")
     try:
         with _quiet_transformers():
             return transformers.AutoConfig.from_pretrained(name)
     except (OSError, ValueError, KeyError) as e:
-        hint = (f"download it where the hub is reachable (hf download {name} --local-dir DIR) and pass hf:DIR"
-                if not path.exists() else "re-save it with save_pretrained")
-        raise MoquadError(f"hf:{name}: cannot read its config ({' '.join(str(e).split())[:160]}); {hint}") from e
+        said = " ".join(str(e).split()).split(". ")[0][:160]  # its first sentence
+        hint = download if not path.exists() else "re-save it with save_pretrained"
+        raise MoquadError(f"hf:{name}: cannot read its config ({said}); {hint}") from e
+
+
+def _hub_reachable() -> bool:
+    """Whether the hub's host resolves (no network: transformers would retry for half a minute, then fail);
+    ``HF_HUB_OFFLINE`` set: not reachable."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.getaddrinfo(host, 443)
+        return True
+    except OSError:
+        return False
 
 
 def _hf_norm(name: str, processor: str) -> Norm:
@@ -715,7 +759,7 @@ def fill_clip(cfg: Any, encoder: Encoder) -> Any:
     clip = encoder.clip
     cfg = dataclasses.replace(cfg, frames=cfg.frames or clip.frames, size=cfg.size or clip.size,
                               dilation=cfg.dilation or clip.frame_step or EVAL_DILATION)
-    encoder.check_clip(cfg.frames, cfg.size)
+    encoder.probe_clip(cfg.frames, cfg.size)
     return cfg
 
 

@@ -364,7 +364,7 @@ def _report(data: str | Path, encoders: Sequence[Encoder], split: str | None, fr
         raise MoquadError("give one or more encoders with distinct labels (LABEL=PATH)")
     frames, size = geometry(encoders, frames, size)
     for e in encoders:  # before any video is decoded: the one line that says what the encoder takes
-        e.check_clip(frames, size)
+        e.probe_clip(frames, size)
     classes = list(read_info(data).get("classes", []))
     pair_ids = resolve_pairs(classes, pairs)
     if pairs and not (sp.label >= 0).any():
@@ -426,7 +426,7 @@ def table(result: dict[str, Any]) -> Table:
                     "chance: arrow 50%, speed 33%, pair confusion 50%; ratios: 1 = as different as another crop")
     t.add_column("encoder", no_wrap=True)
     for name in COLUMNS:
-        t.add_column(name, justify="right", max_width=10)
+        t.add_column(name, justify="right", max_width=10, overflow="fold")  # wrapped, never cut
     for label, r in result["encoders"].items():
         cells = [COLUMNS[c][0](r) for c in COLUMNS]
         t.add_row(label, *["–" if v is None else COLUMNS[c][1].format(v) for c, v in zip(COLUMNS, cells)])

@@ -45,6 +45,7 @@ from moquad.train.losses import Projections
 from moquad.train.methods import METHODS, Method, Stage, resolve
 from moquad.train.momentum import MomentumEncoder, Online, gather_keys
 from moquad.train.momentum import build as build_momentum
+from moquad.train.momentum import describe as describe_momentum
 from moquad.train.optimizers import make_optimizer, pretrain_optimizer
 from moquad.train.schedule import lr_schedule
 
@@ -210,7 +211,7 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
     if momentum is not None and momentum.group and (cfg.batch_size // world) % momentum.group:
         raise MoquadError(f"the keys' BatchNorm groups of {momentum.group} videos (key_bn_group) do not divide the "
                           f"per-rank batch of {cfg.batch_size // world} (global {cfg.batch_size} over {world} "
-                          "processes); set --set key_bn_group=N with N dividing it (at least 2), or --set key_bn=batch")
+                          "processes); pass --key-bn-group N with N at least 2 dividing it, or --key-bn batch")
     predictor = momentum.predictor if momentum is not None else None
     optimizer = make_optimizer(model if predictor is None else Online(model, predictor), cfg.optimizer, 0.0,
                                cfg.weight_decay)
@@ -225,6 +226,8 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
     if main:
         report()
         print(optimizer_line, flush=True)
+        if momentum is not None:
+            print(describe_momentum(momentum), flush=True)
         if cfg.resume:
             print(checkpoint.resume_message(run / "checkpoints" / "last.pt", start, spe, cfg.epochs), flush=True)
     # ------------------------------------------------------------ distributed
@@ -320,7 +323,7 @@ def queue_advice(queue: int, videos: int) -> str | None:
         return None
     size = 1 << max(0, (videos // 2).bit_length() - 1)
     return (f"the queue of {queue} keys is at least as large as the {videos} training videos: it holds several, "
-            f"mostly stale keys of every video; use --set queue_size={size} (about half the split) or fewer")
+            f"mostly stale keys of every video; use --queue-size {size} (about half the split) or fewer")
 
 
 MIN_STEPS = 50  # fewer optimizer steps than this: the start-up report warns (a contrastive loss barely moves)

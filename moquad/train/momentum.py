@@ -141,6 +141,16 @@ def build(spec, model: nn.Module, cfg) -> MomentumEncoder:
                            spec.key_bn, group, spec)
 
 
+def describe(momentum: MomentumEncoder) -> str:
+    """The start-up line of a run's momentum encoder: what its method's row and the settings chose."""
+    bn = {"groups": f"in groups of {momentum.group} videos", "batch": "over the batch",
+          "running": "with the online network's running statistics"}[momentum.key_bn]
+    queue = f"a queue of {momentum.queue.shape[0]} keys" if momentum.queue.shape[0] else "no queue"
+    return (f"pretrain: momentum encoder: EMA from m0 {momentum.m0}, "
+            f"{'an MLP predictor' if momentum.predictor is not None else 'no predictor'}, keys' BatchNorm {bn}, "
+            f"{queue} (--predictor, --key-bn, --key-bn-group, --queue-size, --momentum change them)")
+
+
 def gather_keys(keys: torch.Tensor) -> torch.Tensor:
     """The global batch's keys (all ranks, rank order); no gradient flows through keys."""
     return dist.gather_ids(keys.contiguous()) if dist.is_dist() else keys  # all_gather (any dtype)
