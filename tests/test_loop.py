@@ -461,3 +461,14 @@ def test_the_short_video_line_is_said_only_when_some_video_is_short(capsys, unfi
     assert out.startswith("pretrain: 280 videos in split 'train', global batch 16: 17 steps per epoch, 1020 steps")
     assert ("videos too short for a 8-frame clip (dilation 1: 0, dilation 4: 3)" in out) is said
     assert ("too short" in out) is said
+
+
+@pytest.mark.parametrize("warmup, said", [(3, True), (1, False), (0, False)])
+def test_a_warm_up_as_long_as_the_run_is_said(capsys, warmup, said):
+    """--set epochs=1 over a recipe with a 3-epoch lr warm-up trained at lr 0 and said nothing."""
+    cfg = PretrainConfig(epochs=3 if warmup == 3 else 2, batch_size=16, lr=16.0, lr_warmup_epochs=warmup)
+    loop._report(cfg, 280, 17, {})
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("the learning-rate warm-up (3 epochs) is as long as the run (3): the lr never reaches 16.0; pass "
+            "--lr-warmup-epochs N below 3 (0: none)" in out) is said
+    assert ("warm-up" in out) is said

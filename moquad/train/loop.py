@@ -309,6 +309,10 @@ def _report(cfg: PretrainConfig, videos: int, spe: int, unfit: dict[int, int]) -
     if total < MIN_STEPS:
         console.print(f"[yellow]warning:[/] {small_run_advice(videos, cfg.batch_size, cfg.epochs)}", highlight=False,
                       soft_wrap=True)
+    if cfg.lr_warmup_epochs and cfg.lr_warmup_epochs >= cfg.epochs:
+        console.print(f"[yellow]warning:[/] the learning-rate warm-up ({cfg.lr_warmup_epochs:g} epochs) is as long as "
+                      f"the run ({cfg.epochs}): the lr never reaches {cfg.lr}; pass --lr-warmup-epochs N below "
+                      f"{cfg.epochs} (0: none)", highlight=False, soft_wrap=True)
     slot = METHODS[cfg.method].configured(cfg).momentum
     advice = queue_advice(cfg.queue_size, videos) if slot is not None and slot.queue else None
     if advice:
