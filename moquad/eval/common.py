@@ -203,7 +203,7 @@ def record(result: dict[str, Any], cfg: EvalConfig) -> dict[str, Any]:
                                                                      " (DIFFERENT)")),
             "test views": f"{cfg.num_clips} clip{'s' * (cfg.num_clips != 1)} x {cfg.crops} "
                           f"crop{'s' * (cfg.crops != 1)} per video"}
-    if result.get("checkpoint"):
+    if result.get("checkpoint") and result["checkpoint"].get("step") is not None:  # a moquad checkpoint's
         rows["checkpoint step"] = f"{result['checkpoint'].get('step')} (epoch {result['checkpoint'].get('epoch')})"
     result["protocol"] = {**rows, **result.get("protocol", {})}
     return result
