@@ -138,13 +138,19 @@ def ladder_rows(file: str) -> list[dict]:
 
 
 def _options(args: list[str]) -> tuple[list[str], dict[str, list[str]]]:
-    plain = [a for a in args if "=" not in a]
-    return plain, {k: v.split(",") for k, v in (a.split("=", 1) for a in args if "=" in a)}
+    option = lambda a: a.split("=", 1)[0] in OPTIONS  # noqa: E731  (a variant's name may hold "=")
+    return [a for a in args if not option(a)], {k: v.split(",") for k, v in (a.split("=", 1) for a in args
+                                                                             if option(a))}
+
+
+OPTIONS = ("families", "variants")  # a ladder marker's options (NAME=a,b); every other word is a pair or a name
 
 
 def _mean_std(values: list[float]) -> str:
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.1f} ± {std:.1f}"
+    """``mean ± std`` over seeds; one seed's value alone (no spread is measured)."""
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
 def ladder(file: str, args: list[str]) -> str:
@@ -188,6 +194,7 @@ def ladder_gain(file: str, args: list[str]) -> str:
             out.append([fam, f"`{var}` − `{base}`", len(seeds), *cells])
     if not out:
         raise MissingRecord(f"docs/results/{file} has no paired runs of {pairs}")
+    used = list({(r["family"], r["variant"], r["seed"]): r for r in used}.values())  # a base shared by pairs: once
     return f"{where_many(used)}\n\n" + md_table(["family", "gain", "seeds", *(t for _, t in MEASURES)], out, "llrrrr")
 
 

@@ -161,3 +161,11 @@ def test_committed_records_carry_their_provenance(name):
     r = json.loads((RESULTS / f"{name}.json").read_text())
     assert r["name"].startswith(name.split("_")[0]) and r["date"] and r["commit"] and r["machine"]
     assert r.get("command") or r.get("script")
+
+
+def test_a_variant_name_may_hold_an_equals_sign():
+    """``moco:moco+key_bn=groups`` is a pair of variants, not an option; one seed shows its value without a spread."""
+    pages = results_pages()
+    assert pages._options(["moco:moco+key_bn=groups", "families=types,camera"]) == (
+        ["moco:moco+key_bn=groups"], {"families": ["types", "camera"]})
+    assert pages._mean_std([25.0]) == "25.0" and pages._mean_std([20.0, 30.0]) == "25.0 ± 7.1"
