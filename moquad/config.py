@@ -467,12 +467,12 @@ class EvalConfig:
     num_clips: int = rule(10, ge=1, help="Uniformly spaced test clips per video.")
     # the clip: None = the checkpoint's pre-training clip (moquad.eval.common.with_clip); a value that differs
     # from it is evaluated as given, with a warning naming both
-    frames: int | None = rule(None, ge=1, help="Frames per clip (default: the checkpoint's pre-training frames; "
-                              "without a checkpoint 16).")
-    dilation: int | None = rule(None, ge=1, help="Frame step inside a clip (default: 2, kept inside the range of "
-                                "the checkpoint's pre-training dilations).")
-    size: int | None = rule(None, ge=8, help="Crop size (default: the checkpoint's pre-training size; without a "
-                            "checkpoint 224).")
+    frames: int | None = rule(None, ge=1, help="Frames per clip (default: the clip the encoder was "
+                              "pre-trained at, or its family's native clip; without either 16).")
+    dilation: int | None = rule(None, ge=1, help="Frame step inside a clip (default: the encoder family's own, "
+                                "else 2 kept inside the range of a checkpoint's pre-training dilations).")
+    size: int | None = rule(None, ge=8, help="Crop size (default: the clip the encoder was pre-trained at, or "
+                            "its family's native clip; without either 224).")
     # 3 crops (the paper's action-recognition test) in the eval recipes
     crops: int = rule(1, choices=(1, 3), help="Test crops per clip: 1 (centre) or 3 (the paper's action-recognition "
                       "test).")

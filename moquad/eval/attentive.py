@@ -261,7 +261,8 @@ def _protocol(cfg: EvalConfig, encoder: Encoder, length: int) -> dict[str, Any]:
                       f"crop the clips' tokens concatenated: {length} tokens; extracted once, eval mode, no grad",
             "train": "every (video, crop) of the train split's test views a sample; no augmentation; tokens "
                      "standardised per channel with the train tokens' mean / std",
-            "test": f"{cfg.num_clips} clips x {cfg.crops} crops: softmax averaged over crops",
+            "test": f"{cfg.num_clips} clip{'s' * (cfg.num_clips != 1)} x {cfg.crops} crop{'s' * (cfg.crops != 1)}: "
+                    "softmax averaged over crops",
             "pooler": f"1 query, {ac.depth - 1} self-attention block(s) + 1 cross-attention block, {ac.heads} "
                       f"heads, mlp ratio {ac.mlp_ratio}; linear classifier",
             "optimizer": ac.optimizer, "lr": ac.lr, "weight_decay": ac.weight_decay, "epochs": ac.epochs,
