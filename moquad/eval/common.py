@@ -139,7 +139,7 @@ def with_clip(cfg: EvalConfig, *, warn: bool = False) -> EvalConfig:
 
 
 def clip_warning(cfg: Any, trained: PretrainClip, recipe: str | None = None, *, who: str | None = None,
-                 encoder: str = "the encoder") -> str | None:
+                 encoder: str = "the encoder", native: bool = False) -> str | None:
     """``warning: evaluating at 16x224 but the encoder was pre-trained at 8x32 (--frames/--size set it)`` when
     ``cfg``'s frames / size / dilation (any object with those; dilation None: not compared) differ from
     ``trained``; else None. A setting ``recipe`` gives is named as the recipe's (``recipe
@@ -158,7 +158,8 @@ def clip_warning(cfg: Any, trained: PretrainClip, recipe: str | None = None, *, 
     flags = [f"--{k}" for k in differ if k not in by_recipe]
     who = who or "; ".join(([f"recipe {recipe} sets {', '.join(by_recipe)}"] if by_recipe else []) + (
         [f"{'/'.join(flags)} set{'s' if len(flags) == 1 else ''} it"] if flags else []))
-    return (f"warning: evaluating at {at(cfg.frames, cfg.size, cfg.dilation)} but {encoder} was pre-trained at "
+    was = f"{encoder}'s native clip is" if native else f"{encoder} was pre-trained at"  # native: another family's
+    return (f"warning: evaluating at {at(cfg.frames, cfg.size, cfg.dilation)} but {was} "
             f"{at(trained.frames, trained.size, ','.join(map(str, trained.dilations)))} ({who})")
 
 

@@ -330,7 +330,7 @@ def clip_warnings(encoders: Sequence[Encoder], frames: int | None, size: int | N
         if clip:
             trained = PretrainClip(clip["frames"], clip["size"], tuple(clip["dilations"] or ()), DEFAULT_INPUT)
             line = clip_warning(SimpleNamespace(frames=at[0], size=at[1], dilation=None), trained, who=who,
-                                encoder=f"encoder {enc.label}")
+                                encoder=f"encoder {enc.label}", native=not (enc.info.get("clip") or enc.info.get("loader")))
             lines += [line] if line else []
     return lines
 
@@ -442,6 +442,9 @@ def report(cfg: MotionConfig, encoders: Sequence[str], show: bool = True) -> dic
 
     pairs = [parse_pair(p) for p in cfg.pair or ()]
     loaded = [load_encoder(spec) for spec in encoders]
+    at = geometry(loaded, cfg.frames, cfg.size)
+    for e in loaded:  # a clip an encoder cannot take: its one error line, before any warning
+        e.check_clip(*at)
     for line in clip_warnings(loaded, cfg.frames, cfg.size):
         print(line, file=sys.stderr, flush=True)
     result = motion_report(cfg.data, loaded, split=cfg.split, frames=cfg.frames, size=cfg.size, dilation=cfg.dilation,
