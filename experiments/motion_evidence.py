@@ -57,7 +57,7 @@ def report(ladder: Path, family: str, seed: int, variants: list[str], threads: i
     return motion_report(data, [load_encoder(s) for s in specs], split="test", show=False, threads=threads)
 
 
-def summary(by_seed: dict[int, dict], variants: list[str]) -> list[list[str]]:
+def summary(by_seed: dict[int, dict], variants: list[str], columns: tuple = COLUMNS) -> list[list[str]]:
     """One family's rows: per variant, the mean ± std over seeds of each column."""
     rows = []
     for v in variants:
@@ -65,7 +65,7 @@ def summary(by_seed: dict[int, dict], variants: list[str]) -> list[list[str]]:
         if not results:
             continue
         cells = []
-        for _, fn, scale, digits in COLUMNS:
+        for _, fn, scale, digits in columns:
             vals = [scale * fn(r) for r in results]
             std = f" ± {statistics.stdev(vals):.{digits}f}" if len(vals) > 1 else ""  # one seed: its value
             cells.append(f"{statistics.mean(vals):.{digits}f}{std}")
@@ -121,7 +121,10 @@ def main() -> None:
         first = next(iter(by_seed.values()))
         rec.figures["protocol"] = first["protocol"]
         seeds = ", ".join(map(str, by_seed))
-        rec.table(family, ["encoder", *(c for c, *_ in COLUMNS)], summary(by_seed, args.variants),
+        # a ladder's variant names are long: its tables leave out the arrow-of-time top-1, at chance on every
+        # synthetic family (none has a physical arrow of time), so they fit the documentation's column
+        columns = COLUMNS if demo else COLUMNS[1:]
+        rec.table(family, ["encoder", *(c for c, *_ in columns)], summary(by_seed, args.variants, columns),
                   title=f"The {family} family: the motion report on the test split ({first['data']['videos']} videos "
                         f"per seed), " + (f"mean ± std over seeds {seeds}" if len(by_seed) > 1 else f"seed {seeds}"))
     rec.write(args.record)
