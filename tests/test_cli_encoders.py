@@ -208,7 +208,16 @@ def test_motion_and_retrieve_on_every_hf_family(world, tmp_path, family):
 def test_motion_on_every_torchvision_model(world, tmp_path):
     archs = ("r3d_18", "mc3_18", "r2plus1d_18", "s3d", "mvit_v2_s", "swin3d_t")
     r = cli("motion", *(f"torchvision:{a}" for a in archs), "--data", world[0], "--out", tmp_path / "m", "--split",
-            "train", "--frames", "16", "--size", "32", "--threads", "1")  # S3D: at least 14 frames
+            "train", "--frames", "16", "--size", "32", "--threads", "1")
     assert r.exit_code == 0, r.output
     res = json.loads((tmp_path / "m" / "motion.json").read_text())["encoders"]
     assert list(res) == list(archs) and all(r["encoder"]["weights"] == "random init (seed 0)" for r in res.values())
+    for arch in archs:  # retrieval too: its hit@1 is the cached features' nearest neighbour's label
+        out = tmp_path / f"r_{arch}"
+        r = cli("retrieve", "--data", world[0], "--encoder", f"torchvision:{arch}", "--out", out, "--frames", "8",
+                "--size", "32", *FAST)
+        assert r.exit_code == 0, r.output
+        q, g = (read_features(out / "features" / f"{s}.lance") for s in ("test", "train"))
+        unit = [f["embedding"] / np.linalg.norm(f["embedding"], axis=1, keepdims=True) for f in (q, g)]
+        top1 = float((g["label"][(unit[0] @ unit[1].T).argmax(1)] == q["label"]).mean())
+        assert json.loads((out / "retrieval.json").read_text())["top1"] == pytest.approx(top1), arch
