@@ -112,6 +112,19 @@ def forward_loss(
     return out
 
 
+def _momentum(method: Any, model: nn.Module, cfg: PretrainConfig, world: int) -> MomentumEncoder | None:
+    """The run's momentum encoder (None: the method has no slot); keys' BatchNorm groups that do not divide the
+    per-rank batch are one start-up error."""
+    if method.momentum is None:
+        return None
+    momentum = build_momentum(method.momentum, model, cfg)
+    if momentum.group and (cfg.batch_size // world) % momentum.group:
+        raise MoquadError(f"the keys' BatchNorm groups of {momentum.group} videos (key_bn_group) do not divide the "
+                          f"per-rank batch of {cfg.batch_size // world} (global {cfg.batch_size} over {world} "
+                          "processes); pass --key-bn-group N with N at least 2 dividing it, or --key-bn batch")
+    return momentum
+
+
 def _keys(momentum: MomentumEncoder, views: torch.Tensor) -> torch.Tensor:
     """The momentum encoder's projections (B, W, D) of ``views`` (B, W, ...): in one forward, or one per group of
     ``momentum.group`` videos (``key_bn="groups"``: each group's BatchNorm statistics apart)."""
@@ -207,11 +220,7 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
     if device.type == "cuda":
         model = model.to(memory_format=torch.channels_last_3d)
     method = METHODS[cfg.method].configured(cfg)
-    momentum = build_momentum(method.momentum, model, cfg) if method.momentum is not None else None
-    if momentum is not None and momentum.group and (cfg.batch_size // world) % momentum.group:
-        raise MoquadError(f"the keys' BatchNorm groups of {momentum.group} videos (key_bn_group) do not divide the "
-                          f"per-rank batch of {cfg.batch_size // world} (global {cfg.batch_size} over {world} "
-                          "processes); pass --key-bn-group N with N at least 2 dividing it, or --key-bn batch")
+    momentum = _momentum(method, model, cfg, world)
     predictor = momentum.predictor if momentum is not None else None
     optimizer = make_optimizer(model if predictor is None else Online(model, predictor), cfg.optimizer, 0.0,
                                cfg.weight_decay)
