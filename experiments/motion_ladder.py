@@ -94,6 +94,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # recipe's settings, nothing set here): the evidence of docs/guides/methods.md
     **{f"demo-{m}": (m, []) for m in ("simclr", "moquad", "moco", "moco_moquad")},
     **{f"demo-{m}@b8": (m, ["batch_size=8"]) for m in ("simclr", "moquad", "moco", "moco_moquad")},
+    # the demo's momentum methods with ONE sweep factor changed on top of their rows' defaults, on the families the
+    # sweep did not see ("demo-moco+m0=0.9")
+    **{f"demo-{m}+{n}": (m, SWEEP[n]) for m in ("moco", "moco_moquad") for n in ("m0=0.9", "tau=0.2", "lars_lr=64")},
     "base@b8": ("simclr", ["loader.flip=independent", "batch_size=8"]),
     "paper@b8": ("moquad", ["loader.motion_ops=speed", "loader.flip=independent", "batch_size=8"]),
     "moco@b8": ("moco", ["loader.flip=independent", *FIRST_SLOT, "queue_size=128", "batch_size=8"]),
