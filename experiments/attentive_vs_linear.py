@@ -50,14 +50,18 @@ def probes(shards: Path, ckpt: Path, out: Path, seed: int) -> dict[str, float]:
 
 
 def jobs(ladder: Path, families: list[str], seeds: list[int], variants: list[str]) -> list[tuple]:
-    """(family, seed, variant, shards, checkpoint) of every network the ladder has trained."""
+    """(family, seed, variant, shards, checkpoint) of every network the ladder has finished (its results line
+    written: a run still training has a ``last.pt`` too)."""
+    results = ladder / "results.jsonl"
+    finished = {(r["family"], r["seed"], r["variant"]) for r in map(json.loads, results.read_text().splitlines())
+                } if results.is_file() else set()
     found = []
     for family in families:
         for seed in seeds:
             shards = ladder / "data" / family / f"seed{seed}" / "shards"
             for variant in variants:
                 ckpt = ladder / "runs" / family / f"seed{seed}" / variant / "checkpoints" / "last.pt"
-                if ckpt.is_file() and (shards / "dataset.json").is_file():
+                if (family, seed, variant) in finished and ckpt.is_file():
                     found.append((family, seed, variant, shards, ckpt))
     return found
 
