@@ -66,8 +66,10 @@ def jobs(ladder: Path, families: list[str], seeds: list[int], variants: list[str
     return found
 
 
-def _cell(values: list[float]) -> str:
-    return f"{statistics.mean(values):+.1f} ± {statistics.pstdev(values):.1f}" if values else "–"
+def _cell(values: list[float], sign: str = "+") -> str:
+    """``mean ± std`` over seeds (the sample std, as the ladder's tables); one seed: its value alone."""
+    mean = f"{statistics.mean(values):{sign}.1f}"
+    return f"{mean} ± {statistics.stdev(values):.1f}" if len(values) > 1 else mean
 
 
 def table(rec: Record, rows: list[dict], variants: list[str]) -> None:
@@ -80,9 +82,10 @@ def table(rec: Record, rows: list[dict], variants: list[str]) -> None:
                 continue
             lin = [100 * r[LINEAR] for r in mine]
             cells.append([family, variant, ",".join(str(r["seed"]) for r in mine),
-                          f"{statistics.mean(lin):.1f} ± {statistics.pstdev(lin):.1f}",
+                          _cell(lin, ""),
                           *(_cell([100 * (r[n] - r[LINEAR]) for r in mine]) for n in DEPTHS)])
     rec.table("gains", ["family", "network", "seeds", "linear top-1", "depth 1 − linear", "depth 4 − linear"], cells,
+              align="lllrrr",
               title="The attentive probe minus the linear probe on the same frozen network and views (top-1 points, "
                     "mean ± std over seeds)",
               notes=["Networks: the motion ladder's (`random`: the untrained tiny backbone; `demo-M`: method M "
