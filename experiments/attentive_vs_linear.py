@@ -27,6 +27,7 @@ import json
 import statistics
 from pathlib import Path
 
+from motion_ladder import data_dir, load_results, run_dir
 from record import Record, add_argument
 
 # the probes compared with the linear one: name -> pooler depth (the other settings: eval/cpu_demo.yaml)
@@ -52,15 +53,13 @@ def probes(shards: Path, ckpt: Path, out: Path, seed: int) -> dict[str, float]:
 def jobs(ladder: Path, families: list[str], seeds: list[int], variants: list[str]) -> list[tuple]:
     """(family, seed, variant, shards, checkpoint) of every network the ladder has finished (its results line
     written: a run still training has a ``last.pt`` too)."""
-    results = ladder / "results.jsonl"
-    finished = {(r["family"], r["seed"], r["variant"]) for r in map(json.loads, results.read_text().splitlines())
-                } if results.is_file() else set()
+    finished = {(r["family"], r["seed"], r["variant"]) for r in load_results(ladder / "results.jsonl")}
     found = []
     for family in families:
         for seed in seeds:
-            shards = ladder / "data" / family / f"seed{seed}" / "shards"
+            shards = data_dir(ladder, family, seed) / "shards"
             for variant in variants:
-                ckpt = ladder / "runs" / family / f"seed{seed}" / variant / "checkpoints" / "last.pt"
+                ckpt = run_dir(ladder, family, seed, variant) / "checkpoints" / "last.pt"
                 if (family, seed, variant) in finished and ckpt.is_file():
                     found.append((family, seed, variant, shards, ckpt))
     return found
@@ -84,8 +83,8 @@ def table(rec: Record, rows: list[dict], variants: list[str]) -> None:
             cells.append([family, variant, ",".join(str(r["seed"]) for r in mine),
                           _cell(lin, ""),
                           *(_cell([100 * (r[n] - r[LINEAR]) for r in mine]) for n in DEPTHS)])
-    rec.table("gains", ["family", "network", "seeds", "linear top-1", "depth 1 − linear", "depth 4 − linear"], cells,
-              align="lllrrr",
+    columns = ["family", "network", "seeds", "linear top-1", "depth 1 − linear", "depth 4 − linear"]
+    rec.table("gains", columns, cells, align="lllrrr",
               title="The attentive probe minus the linear probe on the same frozen network and views (top-1 points, "
                     "mean ± std over seeds)",
               notes=["Networks: the motion ladder's (`random`: the untrained tiny backbone; `demo-M`: method M "
@@ -106,7 +105,7 @@ def main() -> None:
     rec = Record("attentive_vs_linear")
     path = args.out / "rows.jsonl"
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    rows = load_results(path)
     done = {(r["family"], r["seed"], r["variant"]) for r in rows}
     for family, seed, variant, shards, ckpt in jobs(args.ladder, args.families, args.seeds, args.variants):
         if (family, seed, variant) in done:
@@ -116,7 +115,8 @@ def main() -> None:
         with path.open("a") as f:
             f.write(json.dumps(rows[-1]) + "\n")
         print(json.dumps(rows[-1]), flush=True)
-    rows = [r for r in rows if r["family"] in args.families and r["seed"] in args.seeds and r["variant"] in args.variants]
+    rows = [r for r in rows if (r["family"] in args.families and r["seed"] in args.seeds
+                                and r["variant"] in args.variants)]
     table(rec, rows, args.variants)
     rec.figures["rows"] = rows
     from moquad.quickstart import demo_eval_config

@@ -22,6 +22,7 @@ import json
 import statistics
 from pathlib import Path
 
+from motion_ladder import data_dir, run_dir
 from record import Record, add_argument
 
 COLUMNS = (  # (column, value of one encoder's report, scale, digits)
@@ -48,12 +49,12 @@ def report(ladder: Path, family: str, seed: int, variants: list[str], threads: i
     from moquad.eval.motion import load_encoder, motion_report
 
     demo = quickstart(ladder) is not None
-    runs = ladder if demo else ladder / "runs" / family / f"seed{seed}"
-    specs = [f"{v}={runs / v / 'checkpoints' / 'last.pt'}" for v in variants
-             if (runs / v / "checkpoints" / "last.pt").is_file()]
+    ckpts = {v: (ladder / v if demo else run_dir(ladder, family, seed, v)) / "checkpoints" / "last.pt"
+             for v in variants}
+    specs = [f"{v}={ckpt}" for v, ckpt in ckpts.items() if ckpt.is_file()]
     if not specs:
-        raise SystemExit(f"error: no checkpoint of {', '.join(variants)} under {runs}; run the ladder first")
-    data = ladder / "data" / "shards" if demo else ladder / "data" / family / f"seed{seed}" / "shards"
+        raise SystemExit(f"error: no checkpoint of {', '.join(variants)} under {ladder}; run the ladder first")
+    data = (ladder / "data" if demo else data_dir(ladder, family, seed)) / "shards"
     return motion_report(data, [load_encoder(s) for s in specs], split="test", show=False, threads=threads)
 
 

@@ -118,13 +118,23 @@ FAMILIES: dict[str, tuple[str, dict]] = {
 }
 
 
+def data_dir(out: Path, family: str, seed: int) -> Path:
+    """A ladder's folder of one family and seed's videos (``raw/``) and shards (``shards/``)."""
+    return out / "data" / family / f"seed{seed}"
+
+
+def run_dir(out: Path, family: str, seed: int, variant: str) -> Path:
+    """A ladder's run folder of one variant on one family and seed (``checkpoints/last.pt`` where it trains)."""
+    return out / "runs" / family / f"seed{seed}" / variant
+
+
 def family_data(out: Path, family: str, seed: int, source: str | None) -> Path:
     """Shards of one family and seed (made once)."""
     from moquad.preprocess.run import preprocess
     from moquad.quickstart import SYNTH
     from moquad.synth import make_synth
 
-    raw, shards = out / "data" / family / f"seed{seed}" / "raw", out / "data" / family / f"seed{seed}" / "shards"
+    raw, shards = data_dir(out, family, seed) / "raw", data_dir(out, family, seed) / "shards"
     if not (raw / "ucfTrainTestlist" / "testlist01.txt").is_file():
         kind, extra = FAMILIES[family]
         extra = {**extra, "source": source} if kind == "camera" else extra
@@ -357,7 +367,7 @@ def main() -> None:
                     if (family, seed, variant) in done:
                         continue
                     t0 = time.time()
-                    run = out / "runs" / family / f"seed{seed}" / variant
+                    run = run_dir(out, family, seed, variant)
                     res = supervised(shards, run, seed) if variant == "supervised" else \
                         run_variant(shards, run, variant, seed, args.epochs)
                     row = {"family": family, "seed": seed, "variant": variant, **res, "seconds": time.time() - t0,

@@ -69,7 +69,8 @@ SETTLE: dict[type, Callable[[Any], Any]] = {PretrainConfig: lambda cfg: pretrain
 RECIPE_KINDS: dict[type, tuple[str, str, str]] = {
     PreprocessConfig: ("a preprocessing recipe", "`moquad preprocess`", "preprocess"),
     PretrainConfig: ("a pre-training recipe", "`moquad pretrain`", "train"),
-    EvalConfig: ("an evaluation recipe", "`moquad retrieve`, `linear`, `attentive`, `finetune`, `extract` or `cam`", "eval"),
+    EvalConfig: ("an evaluation recipe", "`moquad retrieve`, `linear`, `attentive`, `finetune`, `extract` or `cam`",
+                 "eval"),
 }
 
 

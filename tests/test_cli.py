@@ -360,7 +360,8 @@ def tiny_data(tmp_path_factory):
      "reads torchvision video weights as ARCH:{tmp}/sd.pt with ARCH one of r3d_18, mc3_18, r2plus1d_18, s3d, swin3d_t, "
      "mvit_v2_s)"),
     ("recipe", ["pretrain", "--data", "{data}", "--recipe", "eval/cpu_demo.yaml"],
-     "eval/cpu_demo.yaml is an evaluation recipe (for `moquad retrieve`, `linear`, `attentive`, `finetune`, `extract` or `cam`), "
+     "eval/cpu_demo.yaml is an evaluation recipe (for `moquad retrieve`, `linear`, `attentive`, `finetune`, "
+     "`extract` or `cam`), "
      "not a pre-training recipe; use it there, or give this one a pre-training recipe (`moquad recipes --stage "
      "train` lists them)"),
     ("recipe", ["retrieve", "--data", "{data}", "--checkpoint", "{tmp}/sd.pt", "--recipe", "train/cpu_demo.yaml"],
