@@ -77,7 +77,7 @@ from typing import Any
 import numpy as np
 import torch
 from benchdata import BATCH, REAL, build_dataset, clock, pyav_frames, run_decode_bound, run_loader
-from record import Record, add_argument
+from moquad.record import Record, add_argument
 
 from moquad.config import LoaderConfig
 from moquad.data.augment import apply_views

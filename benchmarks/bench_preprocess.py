@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 from benchdata import REAL, cpu_seconds
-from record import Record, add_argument
+from moquad.record import Record, add_argument
 
 from moquad.config import PreprocessConfig
 from moquad.data.store import decode_frames

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from record import Record, add_argument
+from moquad.record import Record, add_argument
 
 from moquad.eval.ann import (
     lance_index,

@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import simplejpeg
-from record import Record, add_argument
+from moquad.record import Record, add_argument
 
 from moquad.config import LoaderConfig
 from moquad.data.epoch_plan import EpochPlan

@@ -18,7 +18,7 @@ import statistics
 import time
 
 import torch
-from record import Record, add_argument
+from moquad.record import Record, add_argument
 
 from moquad.config import PretrainConfig
 from moquad.models import build_model

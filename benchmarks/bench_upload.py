@@ -20,7 +20,7 @@ import time
 import uuid
 from pathlib import Path
 
-from record import Record, add_argument
+from moquad.record import Record, add_argument
 
 from moquad import objstore
 

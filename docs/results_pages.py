@@ -1,5 +1,5 @@
 """mkdocs hook: the results tables, rendered at build time from the results records in ``docs/results/`` (what
-``benchmarks/record.py`` writes, the ladder's JSON lines, the GPU campaign's records), so a page cannot drift from
+``moquad/record.py`` writes, the ladder's JSON lines, the GPU campaign's records), so a page cannot drift from
 the numbers. Each table comes with one line that says where and when it was measured and by which command.
 
 Markers (each alone on a line of a page):

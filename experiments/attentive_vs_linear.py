@@ -28,7 +28,7 @@ import statistics
 from pathlib import Path
 
 from motion_ladder import data_dir, load_results, run_dir
-from record import Record, add_argument
+from moquad.record import Record, add_argument
 
 # the probes compared with the linear one: name -> pooler depth (the other settings: eval/cpu_demo.yaml)
 DEPTHS = {"attentive depth 1": 1, "attentive depth 4": 4}

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import simplejpeg
 import torch
-from record import Record, add_argument
+from moquad.record import Record, add_argument
 
 from moquad.config import LoaderConfig
 from moquad.data.augment import to_model

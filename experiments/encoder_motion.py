@@ -27,7 +27,7 @@ import csv
 import time
 from pathlib import Path
 
-from record import Record, add_argument
+from moquad.record import Record, add_argument
 
 FRAMES, SIZE = 16, 64
 VIT = dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=3, intermediate_size=768)  # ViT-Ti width, 4 deep

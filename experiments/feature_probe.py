@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from record import Record, add_argument
+from moquad.record import Record, add_argument
 
 from moquad import config as C
 from moquad import settings, synth

@@ -54,8 +54,6 @@ import sys
 import time
 from pathlib import Path
 
-from record import commit, machine
-
 HERE = Path(__file__).resolve().parent  # this folder: the GPU benchmark and the ladder, imported by name
 ROOT = HERE.parent
 DOCS = ROOT / "docs" / "results" / "gpu"
@@ -650,6 +648,8 @@ def campaign(args: argparse.Namespace) -> int:
     deadline = t_start + args.budget_s
     missing = ensure_wheels()
     code = code_hash()
+    from moquad.record import commit, machine  # after reexec_on_path: the bare GPU machine has moquad on the path only
+
     base = {"device": device_info(args.device), **commit(), "code_hash": code, "machine": machine(),
             "load": [round(x, 2) for x in os.getloadavg()],
             "command": " ".join(["python", "experiments/gpu_campaign.py", *sys.argv[1:]]), "missing_modules": missing,

@@ -23,7 +23,7 @@ import statistics
 from pathlib import Path
 
 from motion_ladder import data_dir, run_dir
-from record import Record, add_argument
+from moquad.record import Record, add_argument
 
 COLUMNS = (  # (column, value of one encoder's report, scale, digits)
     ("arrow of time top-1 %", lambda r: r["arrow_of_time_top1"], 100, 1),

@@ -31,7 +31,7 @@ import statistics
 import time
 from pathlib import Path
 
-from record import provenance
+from moquad.record import provenance
 
 from moquad import config as C
 from moquad import settings

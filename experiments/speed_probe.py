@@ -16,7 +16,7 @@ import argparse
 
 import numpy as np
 import torch
-from record import Record, add_argument
+from moquad.record import Record, add_argument
 from torch import nn
 
 from moquad import config as C

@@ -22,7 +22,7 @@ import json
 import statistics
 from pathlib import Path
 
-from record import Record, add_argument
+from moquad.record import Record, add_argument
 
 from moquad.quickstart import METRICS, quickstart
 from moquad.train.log import read_log

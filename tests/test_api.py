@@ -77,7 +77,7 @@ def python_blocks(path: Path) -> list[str]:
 
 def _toy_dataset(root: Path) -> Path:
     """A train and a test split of coded videos (4 classes), written by the product's shard writer."""
-    from fixtures import coded_video, write_dataset
+    from video_fixtures import coded_video, write_dataset
 
     data = root / "shards"
     write_dataset(data, [(f"v{v:02d}", coded_video(v, 24, 32, 40), v % 4) for v in range(12)], videos_per_shard=4)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import typing
 
-import clirun
+import cli_child as clirun
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -327,7 +327,7 @@ def test_a_closed_stdout_ends_quietly_with_141(tmp_path, args):
     consoles (recipes, pretrain's report) and plain prints (--print-config) alike (before: status 1)."""
     import os
 
-    from fixtures import coded_dataset
+    from video_fixtures import coded_dataset
 
     data = coded_dataset(tmp_path / "data", num_videos=8, num_frames=12, videos_per_shard=4) if "DATA" in args else None
     args = [str(data) if a == "DATA" else str(tmp_path / "run") if a == "OUT" else a for a in args]

@@ -130,7 +130,7 @@ def test_motion_takes_both_names(world, tmp_path):
 
 def test_checkpoint_still_means_a_moquad_checkpoint(world, tmp_path):
     """--checkpoint RUN/checkpoints/last.pt: as before (RUN/eval, the checkpoint's clip), no encoder record."""
-    from fixtures import make_checkpoint
+    from video_fixtures import make_checkpoint
 
     ckpt = make_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt", loader={"frames": 4, "size": 32})
     r = cli("extract", "--data", world[0], "--checkpoint", ckpt, "--split", "test", *FAST)

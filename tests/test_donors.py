@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from fixtures import coded_dataset, decode_code
+from video_fixtures import coded_dataset, decode_code
 
 from moquad.data.donors import DonorPool, donor_picks, donor_pool
 from moquad.data.store import Split

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import clirun
+import cli_child as clirun
 import numpy as np
 import pytest
 

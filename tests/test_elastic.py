@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 import torch.multiprocessing as mp
-from fixtures import coded_video, write_frames
+from video_fixtures import coded_video, write_frames
 from s3server import free_port
 
 from moquad.config import LoaderConfig

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 import torch
-from fixtures import make_checkpoint
+from video_fixtures import make_checkpoint
 from torch import nn
 
 from moquad.errors import MoquadError, user_message

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fixtures import coded_dataset
+from video_fixtures import coded_dataset
 from s3server import free_port
 
 from moquad.data import workers

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from fixtures import coded_dataset
+from video_fixtures import coded_dataset
 from test_pipeline import _damage
 
 from moquad.config import LoaderConfig

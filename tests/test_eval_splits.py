@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures import make_checkpoint
+from video_fixtures import make_checkpoint
 from test_preprocess_layouts import _link
 from typer.testing import CliRunner
 

@@ -13,10 +13,10 @@ import json
 import subprocess
 from pathlib import Path
 
-import clirun
+import cli_child as clirun
 import numpy as np
 import pytest
-from fixtures import make_checkpoint
+from video_fixtures import make_checkpoint
 from test_features import make_tiny_dataset
 from torch import nn
 

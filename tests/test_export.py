@@ -7,11 +7,11 @@ import json
 import os
 from pathlib import Path
 
-import clirun
+import cli_child as clirun
 import pytest
 import torch
 import torchvision.models.video as tvv
-from fixtures import make_checkpoint
+from video_fixtures import make_checkpoint
 from safetensors.torch import load_file
 
 from moquad.data.store import manifest_checksum

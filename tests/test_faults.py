@@ -13,7 +13,7 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-import clirun
+import cli_child as clirun
 import pytest
 import torch
 

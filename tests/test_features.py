@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-import clirun
+import cli_child as clirun
 import lance
 import numpy as np
 import pyarrow as pa
@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import webdataset as wds
-from fixtures import make_checkpoint, write_dataset
+from video_fixtures import make_checkpoint, write_dataset
 from s3server import free_port
 
 from moquad import dist as moquad_dist

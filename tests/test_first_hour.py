@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from fixtures import coded_video, make_checkpoint, write_dataset
+from video_fixtures import coded_video, make_checkpoint, write_dataset
 from typer.testing import CliRunner
 
 from moquad.cli import app

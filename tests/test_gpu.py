@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from fixtures import coded_dataset, write_dataset
+from video_fixtures import coded_dataset, write_dataset
 
 from moquad.config import LoaderConfig, PretrainConfig
 from moquad.data.augment import apply_views, to_model

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures import coded_video, write_frames
+from video_fixtures import coded_video, write_frames
 
 from moquad.data import index_cache, store
 from moquad.errors import MoquadError

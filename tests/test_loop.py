@@ -321,7 +321,7 @@ def test_log_steps_are_the_only_sync_points(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def coded_shards(tmp_path_factory):
-    from fixtures import coded_dataset
+    from video_fixtures import coded_dataset
 
     return coded_dataset(tmp_path_factory.mktemp("coded"), num_videos=16, num_frames=20, videos_per_shard=4)
 

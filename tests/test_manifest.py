@@ -7,7 +7,7 @@ import shutil
 
 import pyarrow as pa
 import pytest
-from fixtures import shard_paths
+from video_fixtures import shard_paths
 from test_preprocess_layouts import make_ucf101
 
 from moquad.config import PreprocessConfig
@@ -110,7 +110,7 @@ def test_other_tools_read_the_manifests_unchanged(tmp_path):
     pyarrow.dataset read them as written, and agree with what was written."""
     import duckdb
     import pyarrow.dataset as ds
-    from fixtures import coded_video, write_frames
+    from video_fixtures import coded_video, write_frames
 
     classes = ["jump", "run", "swim"]
     lengths = {f"v{i:02d}": (4 + i % 5, i % 3) for i in range(12)}  # video -> (frames, label)

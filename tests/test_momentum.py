@@ -291,7 +291,7 @@ def test_two_ranks_fill_the_queue_with_the_global_batch(tmp_path, key_bn, symmet
 
 
 def test_cli_moco_moquad_resumes_exactly_after_sigterm(tmp_path):
-    from fixtures import coded_dataset
+    from video_fixtures import coded_dataset
 
     data = coded_dataset(tmp_path / "data", num_videos=8, num_frames=24, videos_per_shard=4)
     env = {**{k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")},

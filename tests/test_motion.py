@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from fixtures import coded_dataset, decode_code, make_checkpoint, write_dataset
+from video_fixtures import coded_dataset, decode_code, make_checkpoint, write_dataset
 from torch import nn
 from typer.testing import CliRunner
 

@@ -11,14 +11,14 @@ import threading
 import time
 from pathlib import Path
 
-import clirun
+import cli_child as clirun
 import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
 pytest.importorskip("moto", reason="the S3 tests need moto[server] (pip install -e '.[dev]')")
 
-from fixtures import coded_dataset  # noqa: E402
+from video_fixtures import coded_dataset  # noqa: E402
 from s3server import (  # noqa: E402
     SECRET,
     FaultProxy,

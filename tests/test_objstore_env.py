@@ -9,7 +9,7 @@ import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
-from fixtures import coded_dataset
+from video_fixtures import coded_dataset
 from s3server import http_server, https_server
 
 from moquad import objstore

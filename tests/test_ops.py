@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from fixtures import coded_dataset, coded_video, decode_code
+from video_fixtures import coded_dataset, coded_video, decode_code
 
 from moquad.config import LoaderConfig
 from moquad.data import ops

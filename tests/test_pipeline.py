@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from fixtures import coded_dataset, decode_code, write_dataset
+from video_fixtures import coded_dataset, decode_code, write_dataset
 from s3server import free_port
 
 from moquad.config import LoaderConfig
@@ -291,7 +291,7 @@ def test_errors(data, tmp_path):
 def test_short_videos_never_wrap_and_reverse_their_intra_negatives(tmp_path):
     """Coded frames read back from the pixels: 10-frame videos fit only dilation 1 of {1, 2, 4} for 6-frame
     clips (spans 6, 11, 21): every clip is a straight run, Intra-Negs are the reversed clip at n."""
-    from fixtures import coded_video
+    from video_fixtures import coded_video
 
     root = write_dataset(tmp_path / "short", [(f"v{i:02d}", coded_video(i, 10), 0) for i in range(4)])
     cfg = dataclasses.replace(CFG, frames=6, dilations=(1, 2, 4), crop_scale=(1.0, 1.0), flip="none",

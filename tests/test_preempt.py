@@ -117,7 +117,7 @@ case "$1" in show) echo 127.0.0.1 ;; requeue) echo "requeue $2" >> "$REQUEUED" ;
 
 
 def test_slurm_script_requeues_on_preemption_and_the_requeued_job_resumes(tmp_path):
-    from fixtures import coded_dataset
+    from video_fixtures import coded_dataset
 
     data = coded_dataset(tmp_path / "data", num_videos=8, num_frames=12, videos_per_shard=4)
     bin_dir = tmp_path / "bin"

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import webdataset as wds
-from fixtures import shard_paths
+from video_fixtures import shard_paths
 from test_preprocess_layouts import make_hmdb51, make_k400, make_ssv2, make_ucf101, pyav_count
 
 from moquad.config import PreprocessConfig

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import clirun
+import cli_child as clirun
 import pyarrow.parquet as pq
 import pytest
 from test_preprocess_layouts import pyav_count

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import clirun
+import cli_child as clirun
 import pytest
 import yaml
 

@@ -1,4 +1,4 @@
-"""The results records (benchmarks/record.py) and the docs' renderer of them (docs/results_pages.py): a record holds
+"""The results records (moquad/record.py) and the docs' renderer of them (docs/results_pages.py): a record holds
 its tables as printed, its figures, the command, the machine, the load, the date and the commit; a rendered table is
 the record's, under one line that says where and when; the ladder's tables are means and paired differences over
 seeds; every record the pages name is in the repository (or named as pending) and its tables fit the column."""
@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import record  # benchmarks/ is on pytest's pythonpath
+
+from moquad import record
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -28,11 +29,6 @@ def results_pages():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def test_one_record_module_in_each_scripts_folder():
-    """A script imports the modules of its own folder, so each folder has a copy: the same bytes."""
-    assert (ROOT / "benchmarks" / "record.py").read_bytes() == (ROOT / "experiments" / "record.py").read_bytes()
 
 
 def test_a_record_holds_its_tables_command_machine_load_date_and_commit(tmp_path, monkeypatch, capsys):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-import clirun
+import cli_child as clirun
 import numpy as np
 import pytest
 import torch

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import simplejpeg
 import torch
-from fixtures import write_dataset
+from video_fixtures import write_dataset
 
 from moquad.config import LoaderConfig
 from moquad.data.augment import apply_views

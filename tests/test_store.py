@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
-from fixtures import coded_video, write_frames
+from video_fixtures import coded_video, write_frames
 
 from moquad.data import index_cache, store
 

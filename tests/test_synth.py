@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 
 import av
-import clirun
+import cli_child as clirun
 import numpy as np
 import pytest
 from scipy import ndimage
@@ -160,7 +160,7 @@ def test_types_unchanged_by_the_directions_family(monkeypatch, tmp_path):
     """--kind types (the default) renders exactly what it did before --kind existed (commit b3cb8d2):
     the digest covers every rendered frame (before encoding, so it does not depend on the codec build). Compared
     bit for bit on every CPU: the frames are uint8 from Pillow's integer drawing and exact float32 products, and
-    the digest is the same under each kernel setting of tests/kernels.py (make test-kernels)."""
+    the digest is the same under each kernel setting of tests/kernel_settings.py (make test-kernels)."""
     digest = hashlib.sha256()
 
     def record(path, frames):

@@ -4,10 +4,10 @@
 oneDNN, MKL, ATen, NumPy, OpenBLAS and OpenCV each pick SIMD kernels for the CPU at hand (AVX-512, AVX2, SSE4.1),
 so the same code gives floats that differ in their last bits from one CPU to another. A stored result is compared
 bit for bit only where :func:`fingerprint` of the running process equals the recording's (same libraries, same
-CPU, same settings); elsewhere within a tolerance measured by ``python tests/kernels.py measure``.
+CPU, same settings); elsewhere within a tolerance measured by ``python tests/kernel_settings.py measure``.
 
-``python tests/kernels.py`` (``make test-kernels``) runs the stored tests under each of :data:`SETTINGS`;
-``python tests/kernels.py measure`` prints how far the stored quantities move between the settings.
+``python tests/kernel_settings.py`` (``make test-kernels``) runs the stored tests under each of :data:`SETTINGS`;
+``python tests/kernel_settings.py measure`` prints how far the stored quantities move between the settings.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def run_stored(names: list[str]) -> int:
 
 def measure(names: list[str]) -> int:
     """Record every stored quantity under each setting and print its largest difference from the first setting."""
-    from golden import record_methods  # tests/ is on the path: this file runs as a script or under pytest
+    from golden_methods import record_methods  # tests/ is on the path: this file runs as a script or under pytest
 
     got = {}
     for name in names:

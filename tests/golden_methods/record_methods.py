@@ -2,9 +2,9 @@
 (epoch 0: the appearance warm-up where the method has one, epoch 1: its views), CPU, deterministic.
 ``tests/test_methods_golden.py`` asserts the code gives the recorded numbers: the losses of every step and every
 parameter and buffer, bit for bit on a machine and settings a recording was made with (its kernel fingerprint,
-``tests/kernels.py``), else within :data:`LOSS_RTOL` / :data:`PARAM_RTOL`.
+``tests/kernel_settings.py``), else within :data:`LOSS_RTOL` / :data:`PARAM_RTOL`.
 
-``python tests/golden/record_methods.py`` adds a recording for this machine's kernels; it refuses when the numbers
+``python tests/golden_methods/record_methods.py`` adds a recording for this machine's kernels; it refuses when the numbers
 are not within tolerance of the first recording (the code changed them): ``--new`` then replaces every recording
 (the numbers changed on purpose; say why in the commit). ``--print``: print this process's recording, write nothing.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 GOLDEN = Path(__file__).with_name("methods.json")
 METHODS = ("moquad", "simclr", "simclr_classic")
-# Tolerances where the kernels differ from a recording's. Measured with `python tests/kernels.py measure` on an AMD
+# Tolerances where the kernels differ from a recording's. Measured with `python tests/kernel_settings.py measure` on an AMD
 # EPYC with AVX-512 (torch 2.14.1, numpy 2.4.6, opencv 5.0.0): between its default, avx2 and sse41 settings the losses
 # differ by at most 2.2e-6 (relative) and a parameter tensor's sum, L1 and L2 norm by at most 5.2e-6 (relative to
 # its norm); the tolerances are about 20x the larger of the two.
@@ -56,7 +56,7 @@ def run(method: str, root: Path, data: Path) -> dict:
 
 def record_all(methods=METHODS) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from fixtures import coded_dataset
+    from video_fixtures import coded_dataset
 
     with tempfile.TemporaryDirectory() as tmp:
         data = coded_dataset(Path(tmp) / "data", num_videos=8, num_frames=24)
@@ -66,7 +66,7 @@ def record_all(methods=METHODS) -> dict:
 def recording() -> dict:
     """This process's recording: its kernel fingerprint and the runs of every method."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from kernels import fingerprint
+    from kernel_settings import fingerprint
 
     return {"kernels": fingerprint(), "runs": record_all()}
 

@@ -7,8 +7,8 @@ results tables from these files (``docs/hooks.py``), so a table on a page is the
     rec.figures["checksum cost"] = 0.011     # raw numbers, for anyone who reads the file
     rec.write(args.record)                   # atomic; the load average at the end
 
-One copy of this module sits in each scripts folder (``benchmarks/``, ``experiments/``: a script imports the modules
-of its own folder by name); ``tests/test_records.py`` checks that the two are the same file.
+The scripts of ``benchmarks/`` and ``experiments/`` import it from the package (``from moquad.record import Record``);
+they run from a checkout, whose root is :data:`ROOT`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1]  # the checkout the scripts run from
 RESULTS = ROOT / "docs" / "results"  # where the records the documentation renders live
 CODE = ("moquad", "benchmarks", "experiments")  # the folders whose uncommitted changes make a record "dirty"
 
