@@ -29,6 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]  # the checkout the scripts run from
 RESULTS = ROOT / "docs" / "results"  # where the records the documentation renders live
 CODE = ("moquad", "benchmarks", "experiments")  # the folders whose uncommitted changes make a record "dirty"
+LOCK = ROOT / "requirements-lock.txt"  # every package pinned (make setup installs it, make lock writes it)
 
 
 def _git(*args: str) -> str | None:
@@ -73,6 +74,59 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def _locked(text: str) -> dict[str, str]:
+    """The lock's pins that apply to this interpreter: normalised name -> version (markers evaluated)."""
+    from packaging.markers import Marker
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in text.splitlines():
+        if not line[:1].isalnum() or "==" not in line:
+            continue  # hash lines, comments
+        req, _, marker = line.rstrip(" \\").partition(";")
+        if marker.strip() and not Marker(marker.strip()).evaluate():
+            continue
+        name, _, version = req.strip().partition("==")
+        pins[canonicalize_name(name)] = version.strip()
+    return pins
+
+
+def lock() -> dict[str, Any]:
+    """The lock this run was installed from: ``sha256`` (16 hex) of ``requirements-lock.txt`` and whether every
+    installed package is at its pinned version (``matches``; ``differs`` lists the others, ``extra`` what the lock
+    does not name). ``{"sha256": None}`` outside a checkout (a plain ``pip install``: ranges, no lock)."""
+    import hashlib
+    import importlib.metadata
+
+    try:
+        text = LOCK.read_text()
+    except OSError:
+        return {"sha256": None}
+    out: dict[str, Any] = {"sha256": hashlib.sha256(text.encode()).hexdigest()[:16]}
+    try:
+        from packaging.utils import canonicalize_name
+        from packaging.version import Version
+
+        pins = _locked(text)
+    except ImportError:  # packaging absent: the hash alone
+        return out
+    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()
+                 if d.metadata["Name"]}
+    skip = {"moquad", "pip", "setuptools", "wheel"}  # the package itself and the venv's own installers
+    out["differs"] = sorted(f"{n}=={v} (lock {pins[n]})" for n, v in installed.items()
+                            if n in pins and Version(v).public != Version(pins[n]).public)
+    out["extra"] = sorted(f"{n}=={v}" for n, v in installed.items() if n not in pins and n not in skip)
+    out["missing"] = sorted(n for n in pins if n not in installed)
+    out["matches"] = not (out["differs"] or out["extra"] or out["missing"])
+    return out
+
+
+def environment() -> dict[str, Any]:
+    """What a result depends on besides its inputs: the commit, the lock and the machine (every result JSON of a
+    command and every results record carries it)."""
+    return {**commit(), "lock": lock(), "machine": machine()}
+
+
 def command(argv: Sequence[str] | None = None) -> str:
     """This run's command line as a user types it from the repository root (``python benchmarks/x.py --flag``)."""
     argv = list(sys.argv if argv is None else argv)
@@ -92,7 +146,7 @@ def command(argv: Sequence[str] | None = None) -> str:
 def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Where, when and how a result was measured: the fields every record (and every line of a JSONL) carries."""
     return {"command": command(argv), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            **commit(), "machine": machine(), "load": [round(x, 2) for x in os.getloadavg()]}
+            **commit(), "lock": lock(), "machine": machine(), "load": [round(x, 2) for x in os.getloadavg()]}
 
 
 def finite(value: Any) -> Any:

@@ -21,6 +21,7 @@ from moquad.config import EvalConfig, to_dict
 from moquad.data.store import Split
 from moquad.eval.common import checkpoint_sha256
 from moquad.io import atomic_write_text
+from moquad.record import environment
 
 
 def provenance(cfg: EvalConfig, train: Split, test: Split) -> dict[str, Any]:
@@ -59,6 +60,7 @@ def write_result(result: dict[str, Any], json_path: str | Path, tables: list[Tab
     json_path = Path(json_path)
     if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
         return json_path  # one writer under torchrun: every rank computed the same numbers
+    result = {**result, "environment": environment()}  # the commit, the lock and the machine
     atomic_write_text(json_path, json.dumps(_jsonable(result), indent=2) + "\n")
     console = Console(record=True, width=110, file=io.StringIO() if quiet else None)
     for t in tables:
