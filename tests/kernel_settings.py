@@ -46,16 +46,51 @@ def _cpu() -> dict[str, object]:
     return info
 
 
+# the libraries whose kernels or decoders decide the floats of a stored result: their pins in the lock
+NUMERIC = ("torch", "torchvision", "numpy", "opencv-python-headless", "simplejpeg", "pillow")
+
+
+def has_avx512() -> bool:
+    cpu = _cpu()
+    return "avx512f" in cpu.get("avx512", [])
+
+
+def golden_setting() -> str:
+    """The setting the stored numbers are recorded and checked under: AVX2 wherever the CPU has it (capped on an
+    AVX-512 CPU; an AVX2 CPU's own default), so one recording serves both kinds of machine."""
+    return "avx2" if has_avx512() or "avx2" in Path("/proc/cpuinfo").read_text() else "default"
+
+
+def golden_env() -> dict[str, str]:
+    """This environment with the kernel variables of :func:`golden_setting` (none where the CPU is already AVX2)."""
+    name = golden_setting()
+    caps = SETTINGS[name] if has_avx512() else {}
+    return {**{k: v for k, v in os.environ.items() if k not in KERNEL_VARS}, **caps}
+
+
+def _setting() -> str:
+    """The name of the setting this process runs under: the caps set, or what the machine's default amounts to."""
+    env = {k: v for k in KERNEL_VARS if (v := os.environ.get(k))}
+    named = next((n for n, e in SETTINGS.items() if e and e == env), None)
+    if named:
+        return named
+    if env:
+        return "custom"
+    return "default" if has_avx512() else golden_setting()
+
+
 def fingerprint() -> dict[str, object]:
-    """What decides the kernels a run uses: the numeric libraries' versions, the CPU, ATen's chosen capability and
-    the kernel-capping variables of :data:`SETTINGS` as set in this process."""
-    import cv2
-    import numpy
+    """What decides the kernels a run uses: the lock's pins of the numeric libraries (and whether this environment
+    is the lock), the architecture, the CPU vendor (MKL's code paths differ by vendor), ATen's chosen capability
+    and the kernel setting (on an AVX2 CPU its default is the "avx2" setting)."""
     import torch
 
-    return {"torch": torch.__version__, "numpy": numpy.__version__, "opencv": cv2.__version__,
-            "aten_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(), "cpu": _cpu(),
-            "env": {k: os.environ.get(k) for k in KERNEL_VARS}}
+    from moquad import record
+
+    pins = record._locked(record.LOCK.read_text()) if record.LOCK.is_file() else {}
+    return {"lock": {n: pins.get(n) for n in NUMERIC}, "locked": bool(record.lock().get("matches")),
+            "machine": platform.machine(), "vendor": _cpu().get("vendor_id", ""),
+            "aten_capability": torch.backends.cpu.get_cpu_capability(), "kernels": _setting()}
 
 
 def run_stored(names: list[str]) -> int:

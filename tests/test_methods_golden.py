@@ -9,35 +9,44 @@ from __future__ import annotations
 import json
 
 import pytest
-from golden_methods.record_methods import GOLDEN, LOSS_RTOL, METHODS, PARAM_RTOL, differences, record_all
-from kernel_settings import fingerprint
+from golden_methods.record_methods import GOLDEN, LOSS_RTOL, METHODS, PARAM_RTOL, differences
+from golden_methods.record_methods import record_in
+from kernel_settings import golden_env, golden_setting
 
 pytestmark = pytest.mark.stored
 RECORDINGS = json.loads(GOLDEN.read_text())["recordings"]
 
 
 @pytest.fixture(scope="module")
-def got():
-    with pytest.MonkeyPatch.context() as mp:
-        for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
-            mp.delenv(var, raising=False)
-        return record_all(METHODS)
+def recorded():
+    """This machine's recording under the golden setting (AVX2 kernels), made in a fresh process: the kernel
+    variables are read when the libraries load."""
+    env = {k: v for k, v in golden_env().items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    return record_in(env)
 
 
-def test_shipped_methods_train_bit_for_bit_on_this_machine(got):
-    """Bit for bit against every recording made with this machine's kernels (skipped where there is none: record
-    one with ``python tests/golden_methods/record_methods.py`` on the code before a change, see CONTRIBUTING.md)."""
-    same = [r for r in RECORDINGS if r["kernels"] == fingerprint()]
+@pytest.fixture(scope="module")
+def got(recorded):
+    return recorded["runs"]
+
+
+def test_shipped_methods_train_bit_for_bit_on_this_machine(recorded):
+    """Bit for bit against the recording made with the same kernels: the lock's numeric libraries, the
+    architecture, the CPU vendor and the AVX2 setting (an AVX-512 CPU capped to AVX2, or an AVX2 CPU as it is).
+    Skipped only where none matches (another lock, another vendor, or a CPU without AVX2): record one with
+    ``python tests/golden_methods/record_methods.py`` on the code before a change, see CONTRIBUTING.md."""
+    same = [r for r in RECORDINGS if r["kernels"] == recorded["kernels"]]
     if not same:
-        pytest.skip("no recording made with this machine's kernels (torch, CPU, kernel settings): compared within "
+        pytest.skip(f"no recording made with this machine's kernels ({recorded['kernels']}); compared within "
                     "tolerance only")
+    assert recorded["kernels"]["kernels"] == golden_setting() and recorded["kernels"]["locked"]
     for rec in same:
         for m in METHODS:
-            assert got[m]["loss"] == rec["runs"][m]["loss"], m  # exact floats
-            assert got[m]["params"] == rec["runs"][m]["params"], m  # every parameter and buffer, byte for byte
+            assert recorded["runs"][m]["loss"] == rec["runs"][m]["loss"], m  # exact floats
+            assert recorded["runs"][m]["params"] == rec["runs"][m]["params"], m  # every parameter and buffer, bytes
 
 
-@pytest.mark.parametrize("rec", RECORDINGS, ids=lambda r: f"{r['kernels']['cpu'].get('vendor_id', '?')}-"
+@pytest.mark.parametrize("rec", RECORDINGS, ids=lambda r: f"{r['kernels']['vendor']}-{r['kernels']['kernels']}-"
                          f"{r['kernels']['aten_capability']}")
 def test_shipped_methods_train_as_recorded_within_tolerance(got, rec):
     """Every recording, whatever the kernels it was made with: the same views, steps and tensors, the losses and

@@ -4,7 +4,8 @@
 parameter and buffer, bit for bit on a machine and settings a recording was made with (its kernel fingerprint,
 ``tests/kernel_settings.py``), else within :data:`LOSS_RTOL` / :data:`PARAM_RTOL`.
 
-``python tests/golden_methods/record_methods.py`` adds a recording for this machine's kernels; it refuses when the numbers
+``python tests/golden_methods/record_methods.py`` adds a recording for this machine's kernels under the AVX2 setting (an
+AVX-512 CPU capped to AVX2; an AVX2 CPU as it is), the setting the test runs under; it refuses when the numbers
 are not within tolerance of the first recording (the code changed them): ``--new`` then replaces every recording
 (the numbers changed on purpose; say why in the commit). ``--print``: print this process's recording, write nothing.
 """
@@ -13,13 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 GOLDEN = Path(__file__).with_name("methods.json")
-METHODS = ("moquad", "simclr", "simclr_classic")
+METHODS = ("moquad", "simclr", "simclr_classic", "moco", "moco_moquad")
 # Tolerances where the kernels differ from a recording's. Measured with `python tests/kernel_settings.py measure` on an AMD
 # EPYC with AVX-512 (torch 2.14.1, numpy 2.4.6, opencv 5.0.0): between its default, avx2 and sse41 settings the losses
 # differ by at most 2.2e-6 (relative) and a parameter tensor's sum, L1 and L2 norm by at most 5.2e-6 (relative to
@@ -39,7 +41,7 @@ def run(method: str, root: Path, data: Path) -> dict:
     torch.set_num_threads(1)
     cfg = PretrainConfig(data=str(data), out=str(root / method), method=method, backbone="tiny", proj_dim=16,
                          proj_hidden=32, epochs=2, batch_size=4, lr_warmup_epochs=0.5, warmup_ratio=0.5,
-                         hard_beta=0.1, ckpt_every=100, log_every=1, device="cpu",
+                         hard_beta=0.1, ckpt_every=100, log_every=1, device="cpu", queue_size=8, key_bn_group=2,
                          loader=LoaderConfig(frames=4, size=16, dilations=(1, 2), workers=0, rad_k=2))
     path = loop.pretrain(cfg, tensorboard=False, progress=False)
     state = load(path)["model"]
@@ -64,7 +66,8 @@ def record_all(methods=METHODS) -> dict:
 
 
 def recording() -> dict:
-    """This process's recording: its kernel fingerprint and the runs of every method."""
+    """This process's recording: its kernel fingerprint and the runs of every method (run it under the kernel
+    variables of the setting it records: :func:`record_in`)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from kernel_settings import fingerprint
 
@@ -91,9 +94,15 @@ def differences(a: dict, b: dict) -> dict:
     return {"loss": loss, "params": params, "exact": exact}
 
 
-def add(new: bool) -> None:
-    """Add this machine's recording to GOLDEN (replacing one of the same fingerprint), or with ``new`` start over."""
-    rec = recording()
+def add(new: bool, setting: str | None = None) -> None:
+    """Add this machine's recording under ``setting`` (default: the golden setting, AVX2) to GOLDEN, replacing one
+    of the same fingerprint, or with ``new`` start over."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernel_settings import KERNEL_VARS, SETTINGS, golden_env
+
+    env = golden_env() if setting is None else \
+        {**{k: v for k, v in os.environ.items() if k not in KERNEL_VARS}, **SETTINGS[setting]}
+    rec = record_in(env)
     old = [] if new or not GOLDEN.is_file() else json.loads(GOLDEN.read_text())["recordings"]
     if old:
         d = differences(old[0]["runs"], rec["runs"])
@@ -109,5 +118,5 @@ def add(new: bool) -> None:
 if __name__ == "__main__":
     if "--print" in sys.argv:
         print(json.dumps(recording()))
-    else:
-        add(new="--new" in sys.argv)
+    else:  # --setting NAME: another kernel setting of tests/kernel_settings.py (a reference for the tolerance)
+        add("--new" in sys.argv, sys.argv[sys.argv.index("--setting") + 1] if "--setting" in sys.argv else None)
