@@ -1,6 +1,6 @@
 """moquad's shards against the video decoders users pick in 2026 (torchcodec, decord2): the same quadruples per CPU s.
 
-    pip install -c constraints.txt -e ".[bench]"      # torchcodec, decord2: for this benchmark only
+    make setup      # the lock includes the [bench] extra (torchcodec, decord2) this benchmark needs
     nice python benchmarks/bench_decoders.py [--repeats 3] [--json out.json] [--tiny]
 
 The tables go to ``docs/results/bench_decoders.json`` (``--record``), which the decoders page renders.

@@ -71,9 +71,17 @@ def _commit(r: dict) -> str:
     return f"commit {sha[:7]}" + (" with local changes" if r.get("dirty") else "")
 
 
+def _lock(r: dict) -> str:
+    """The lock the environment was installed from (records made before the project had a lock name none)."""
+    lock = r.get("lock") or {}
+    if not lock.get("sha256"):
+        return "no lock recorded"
+    return f"lock {lock['sha256'][:12]}" + ("" if lock.get("matches", True) else " (environment differed from it)")
+
+
 def where(r: dict) -> str:
-    """One line: the command, the machine, its load, the day and the commit of record ``r``."""
-    parts = [_machine(r), _load(r), (r.get("date") or "date not recorded")[:10], _commit(r)]
+    """One line: the command, the machine, its load, the day, the commit and the lock of record ``r``."""
+    parts = [_machine(r), _load(r), (r.get("date") or "date not recorded")[:10], _commit(r), _lock(r)]
     cmd = (f"`{r['command']}`" if r.get("command") else f"`{r['script']}` (its options not recorded)"
            if r.get("script") else "a command not recorded")
     return f"*Measured by {cmd} on " + ", ".join(p for p in parts if p) + ".*"
@@ -87,10 +95,11 @@ def where_many(rows: list[dict]) -> str:
     days = sorted({r["date"][:10] for r in known})
     machines = list(dict.fromkeys(_machine(r) for r in known))
     commits = list(dict.fromkeys(_commit(r).removeprefix("commit ") for r in known))
+    locks = list(dict.fromkeys(_lock(r) for r in known))
     commands = list(dict.fromkeys(r["command"] for r in known if r.get("command")))
     when = days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
     text = (f"*{len(rows)} runs on {', '.join(machines)}, {when}, commit{'s' if len(commits) > 1 else ''} "
-            f"{', '.join(commits)}" + ("" if len(known) == len(rows) else f"; {len(rows) - len(known)} runs not "
+            f"{', '.join(commits)}, {', '.join(locks)}" + ("" if len(known) == len(rows) else f"; {len(rows) - len(known)} runs not "
                                        "recorded") + ".*")
     return text + "".join(f"\n\n```bash\n{c}\n```" for c in commands)
 

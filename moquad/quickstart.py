@@ -100,6 +100,8 @@ def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per
     console.rule("[bold]1/5 synth: videos whose classes differ only by motion")
     base = demo_pretrain_config(shards, out, DEMO[-1], epochs, seed, backbone)
     epochs, backbone = base.epochs, base.backbone
+    default = demo_pretrain_config(shards, out, DEMO[-1], None, seed, None)
+    base_epochs, base_backbone = default.epochs, default.backbone
     made_with = dict(classes=classes, per_class=per_class, seed=seed, backbone=backbone, epochs=epochs, kind=kind,
                      **SYNTH)
     if source is not None:
@@ -130,6 +132,8 @@ def quickstart(out: str | Path, epochs: int | None = None, classes: int = 4, per
                for name, ckpt in checkpoints.items()}
     _report(console, results, out, f"{kind} family, {classes} classes, {epochs} epochs, {backbone} backbone",
             1.0 / classes)
+    if (classes, per_class, epochs, backbone) == (4, 100, base_epochs, base_backbone):  # the recorded settings
+        against_record(console, results, kind)
     console.rule("[bold]5/5 motion report: arrow of time, speed, mirror, appearance share of the same networks")
     _motion(console, shards, checkpoints, out / "motion")
     console.print(f"done in {time.time() - t0:.0f} s. Read the Fig. 4 curves (moquad/curves.png): MoQuad learns motion "
@@ -215,6 +219,44 @@ def _report(console: Console, results: dict[str, dict], out: Path, what: str, ch
     atomic_write_text(out / "comparison.json", json.dumps({"chance_top1": chance, **results}, indent=2))
     _plot(results, chance, out / "comparison.png")
     console.print(f"wrote {out / 'comparison.json'} and {out / 'comparison.png'}")
+
+
+def against_record(console: Console, results: dict[str, dict], kind: str) -> dict | None:
+    """This run beside what the demo gives over three seeds (``docs/results/synth_evidence.json`` of a checkout,
+    made by ``experiments/synth_evidence.py``): each figure with the seeds' mean ± sample std and whether it lies
+    within two std of the mean. None (and nothing printed) where the checkout has no such record."""
+    import statistics
+
+    from moquad.record import RESULTS
+
+    try:
+        rec = json.loads((RESULTS / "synth_evidence.json").read_text())
+        seeds = rec["figures"]["results"][kind]
+    except (OSError, KeyError, ValueError):
+        return None
+    machine = rec.get("machine", {})
+    table = Table(title=f"This run against {len(rec['figures']['seeds'])} seeds of the same demo (mean ± std; "
+                        f"{machine.get('cores', '?')}-core {machine.get('cpu', 'CPU')}, {rec.get('date', '')[:10]})")
+    table.add_column("method")
+    for label in METRICS.values():
+        table.add_column(f"{label} (%)", justify="right")
+    verdict = {}
+    for name, r in results.items():
+        cells = []
+        for m in METRICS:
+            vals = [100 * x for x in seeds.get(name, {}).get(m, [])]
+            if len(vals) < 2:
+                cells.append(f"{100 * r[m]:.1f}")
+                continue
+            mean, std = statistics.mean(vals), statistics.stdev(vals)
+            inside = abs(100 * r[m] - mean) <= 2 * std + 0.05
+            verdict[(name, m)] = inside
+            cells.append(f"{100 * r[m]:.1f} [{mean:.1f} ± {std:.1f}]" + ("" if inside else " outside"))
+        table.add_row(name, *cells)
+    console.print(table)
+    console.print("each cell: this run [the seeds' mean ± std]; 'outside': more than two std from the mean. Floats "
+                  "differ between CPUs, so a run on other CPUs lands elsewhere within the spread, not on a seed's figure.")
+    return verdict
 
 
 def _save_untrained(cfg: C.PretrainConfig, path: Path) -> None:

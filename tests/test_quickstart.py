@@ -88,3 +88,31 @@ def test_finished_means_every_epoch_trained(tmp_path):
     for epoch, epochs, done in [(2, 2, True), (1, 2, False), (59, 60, False), (60, 60, True), (-1, 1, False)]:
         checkpoint.save({"model": {}, "config": {}, "epoch": epoch, "step": 0}, path)
         assert _finished(path, epochs) is done, (epoch, epochs)
+
+
+def test_a_run_is_shown_beside_the_recorded_seeds(tmp_path, monkeypatch, capsys):
+    """`make demo` prints its figures beside the seeds' mean ± sample std of the record, and flags a figure more
+    than two std away; without a record it prints nothing."""
+    import io
+
+    from rich.console import Console
+
+    from moquad import record
+    from moquad.quickstart import against_record
+
+    seeds = {"moquad": {"hit@1": [0.40, 0.50, 0.60], "knn_top1": [0.5, 0.5, 0.5], "linear_top1": [0.3, 0.4, 0.5]}}
+    (tmp_path / "synth_evidence.json").write_text(json.dumps(
+        {"date": "2026-12-06T01:00:00+00:00", "machine": {"cpu": "Some CPU", "cores": 2},
+         "figures": {"seeds": [0, 1, 2], "results": {"types": seeds}}}))
+    monkeypatch.setattr(record, "RESULTS", tmp_path)
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    run = {"moquad": {"hit@1": 0.69, "knn_top1": 0.5, "linear_top1": 0.61}}
+    verdict = against_record(console, run, "types")
+    # hit@1: mean 50.0, std 10.0 -> 69 within 2 std; kNN: std 0 -> 50.0 inside; linear: mean 40, std 10 -> 61 outside
+    assert verdict == {("moquad", "hit@1"): True, ("moquad", "knn_top1"): True, ("moquad", "linear_top1"): False}
+    text = out.getvalue()
+    assert "69.0 [50.0 ± 10.0]" in text and "61.0 [40.0 ± 10.0] outside" in text and "2-core Some CPU" in text
+    assert against_record(console, run, "directions") is None  # no seeds of that family recorded
+    monkeypatch.setattr(record, "RESULTS", tmp_path / "none")
+    assert against_record(Console(file=io.StringIO()), run, "types") is None

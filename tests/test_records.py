@@ -70,7 +70,7 @@ def test_a_rendered_table_says_where_and_when_it_was_measured(tmp_path, monkeypa
     assert pages.render("# T\n\n<!-- moquad:table bench_x main -->\n") == (
         "# T\n\nLoader, CPU time.\n\n*Measured by `python benchmarks/bench_x.py` on AMD EPYC (2 cores), load "
         "average 7.1 at the start, "
-        "8.2 at the end, 2026-01-02, commit 0123456.*\n\n| path | q/s |\n|---|---:|\n| a\\|b | 1.5 |\n\nA note.\n")
+        "8.2 at the end, 2026-01-02, commit 0123456, no lock recorded.*\n\n| path | q/s |\n|---|---:|\n| a\\|b | 1.5 |\n\nA note.\n")
     gpu = _record(command=None, script="experiments/bench_gpu.py", load=None, dirty=True,
                   machine={"gpu": "NVIDIA H200", "cores": 16})
     (tmp_path / "bench_gpu.json").write_text(json.dumps(gpu))
@@ -105,7 +105,7 @@ def test_ladder_tables_are_means_over_seeds_and_paired_gains(tmp_path, monkeypat
              for f, v, s, h, k, lin in ROWS]
     (tmp_path / "l.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     table = pages.ladder("l.jsonl", ["families=types", "variants=moco,moco_moquad"]).splitlines()
-    assert table[0] == "*5 runs on AMD EPYC (2 cores), 2026-01-01 to 2026-01-03, commit abcdef0.*"
+    assert table[0] == "*5 runs on AMD EPYC (2 cores), 2026-01-01 to 2026-01-03, commit abcdef0, no lock recorded.*"
     assert table[2:5] == ["```bash", "python experiments/motion_ladder.py --out x", "```"]
     # moco on types, seeds 0 1 2: hit@1 30 50 10 -> 30.0 ± 20.0; kNN 20 20 10 -> 16.7 ± 5.8; linear 40 50 10
     assert table[-2:] == ["| types | `moco` | 3 | 30.0 ± 20.0 | 16.7 ± 5.8 | 33.3 ± 20.8 |",
@@ -165,3 +165,14 @@ def test_a_variant_name_may_hold_an_equals_sign():
     assert pages._options(["moco:moco+key_bn=groups", "families=types,camera"]) == (
         ["moco:moco+key_bn=groups"], {"families": ["types", "camera"]})
     assert pages._mean_std([25.0]) == "25.0" and pages._mean_std([20.0, 30.0]) == "25.0 ± 7.1"
+
+
+def test_a_rendered_table_names_the_lock_of_its_record(tmp_path, monkeypatch):
+    pages = results_pages()
+    monkeypatch.setattr(pages, "RESULTS", tmp_path)
+    rec = {**_record(), "lock": {"sha256": "902b7fbc1641f71c", "matches": True}}
+    (tmp_path / "bench_x.json").write_text(json.dumps(rec))
+    assert "commit 0123456, lock 902b7fbc1641.*" in pages.render("<!-- moquad:table bench_x main -->\n")
+    rec["lock"]["matches"] = False
+    (tmp_path / "bench_x.json").write_text(json.dumps(rec))
+    assert "lock 902b7fbc1641 (environment differed from it).*" in pages.render("<!-- moquad:table bench_x main -->\n")
