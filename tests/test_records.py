@@ -76,7 +76,7 @@ def test_a_rendered_table_says_where_and_when_it_was_measured(tmp_path, monkeypa
     (tmp_path / "bench_gpu.json").write_text(json.dumps(gpu))
     assert pages.table("bench_gpu", "main").split("\n\n")[1].startswith(
         "*Measured by `experiments/bench_gpu.py` (its options not recorded) on NVIDIA H200 (16 CPU cores), "
-        "2026-01-02, commit 0123456 with local changes.*")
+        "2026-01-02, commit 0123456 with local changes, no lock recorded.*")
 
 
 def test_a_missing_record_or_table_names_the_command_that_writes_it(tmp_path, monkeypatch):
