@@ -32,7 +32,7 @@ import typer
 
 from moquad import config as C
 from moquad import settings
-from moquad.errors import user_message
+from moquad.errors import command_flags, user_message
 from moquad.objstore import is_url
 from moquad.recipes import find_recipe
 
@@ -200,18 +200,37 @@ RECIPE = "recipe"  # in a command's flags: where its --recipe goes
 _KW = inspect.Parameter.KEYWORD_ONLY
 
 
+def _decls(cls: type, flag: Flag) -> tuple[str, ...]:
+    """The names of ``flag`` on the command line: its ``decls``, else ``--<field name>`` (``--x/--no-x`` for a bool)."""
+    _, f, hint = _field(cls, flag.key)
+    if flag.decls:
+        return flag.decls
+    name = "--" + f.name.replace("_", "-")
+    return (f"{name}/--no-{name[2:]}",) if C.unwrap_optional(hint)[0] is bool else (name,)
+
+
+def flag_names(cls: type, flags: Sequence[Flag | str]) -> dict[str, str]:
+    """Setting -> the flag that sets it in a command of ``flags`` (``epochs`` -> ``--epochs``, ``sync_bn`` ->
+    ``--sync-bn/--no-sync-bn``; positionals only by their option): how its messages name them
+    (:func:`moquad.errors.setting`)."""
+    out = {}
+    for flag in flags:
+        if isinstance(flag, Flag) and (not flag.argument or flag.option):
+            name = flag.option if flag.argument else _decls(cls, flag)[0]
+            out.update({key: name for key in (flag.key, *flag.also)})
+    return out
+
+
 def _flag_parameters(cls: type, flag: Flag) -> list[inspect.Parameter]:
     """The typer parameter(s) of ``flag``: its option (or argument), and its hidden alias."""
-    _, f, hint = _field(cls, flag.key)
+    hint = _field(cls, flag.key)[2]
     tp, optional = C.unwrap_optional(hint)
     metavar = None
     if typing.get_origin(tp) is tuple:
         tp = list[str] if flag.multiple else str
     elif optional and tp in (int, float) and not flag.argument:  # read as text: `none` resets it (_flag_values)
         tp, metavar = str, f"<{tp.__name__}|none>"
-    decls = flag.decls or ("--" + f.name.replace("_", "-"),)
-    if tp is bool and not flag.decls:
-        decls = (f"{decls[0]}/--no-{decls[0][2:]}",)
+    decls = _decls(cls, flag)
     text = flag_help(cls, flag.key, flag.help, show_default=not (flag.required or flag.argument))
     if flag.also:
         text = text.replace(" (default: ", f" Also sets {', '.join(flag.also)}. (default: ", 1)
@@ -286,6 +305,7 @@ def config_command(app: typer.Typer, name: str, cls: type, flags: Sequence[Flag 
     def wrap(body: Callable[..., Any]) -> Any:
         own = {p.name: p.replace(kind=_KW) for p in list(inspect.signature(body, eval_str=True).parameters.values())[1:]}
         named = [f for f in flags if isinstance(f, Flag)]
+        names = flag_names(cls, named)
         params = [p for entry in flags for p in (
             [_recipe_option(stage or "")] if entry == RECIPE else [own.pop(entry)] if isinstance(entry, str)
             else _flag_parameters(cls, entry))]
@@ -307,9 +327,10 @@ def config_command(app: typer.Typer, name: str, cls: type, flags: Sequence[Flag 
                 cfg = dataclasses.replace(cfg, recipe=named_recipe)
             if _printed(cfg, kw.pop("print_config")):
                 return
-            if check is not None:
-                check(cfg)
-            body(cfg, **kw)
+            with command_flags(names):  # messages name this command's flags, not the config's fields
+                if check is not None:
+                    check(cfg)
+                body(cfg, **kw)
 
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}

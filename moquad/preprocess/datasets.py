@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from moquad.errors import setting
 from moquad.preprocess.folder import list_folder
 from moquad.preprocess.listing import LayoutError, Listing, Video
 from moquad.preprocess.official import list_hmdb51, list_k400, list_ssv2, list_ucf101, ssv2_label_name
@@ -51,7 +52,7 @@ def _listing(dataset: str, root: Path, official_split: int | None) -> Listing:
     if not adapter.official_splits:
         return adapter.lister(root)
     if official_split not in adapter.official_splits:
-        given = "none was given" if official_split is None else f"got --official-split {official_split}"
+        given = "none was given" if official_split is None else f"got {setting('official_split', official_split)}"
         raise ValueError(f"{dataset} has official splits {', '.join(map(str, adapter.official_splits))}; {given}")
     return adapter.lister(root, official_split)
 
