@@ -353,6 +353,12 @@ def tiny_data(tmp_path_factory):
      "this looks like raw videos: run `moquad preprocess folder {tmp}/raw --out OUT` first, then pass --data OUT"),
     ("raw", ["info", "{tmp}/raw"],
      "this looks like raw videos: run `moquad preprocess folder {tmp}/raw --out OUT` first"),
+    ("ucf101", ["pretrain", "--data", "{tmp}/UCF101", "--out", "{tmp}/run"],
+     "this looks like ucf101's raw layout: run `moquad preprocess ucf101 {tmp}/UCF101 --out OUT --official-split 1` "
+     "first, then pass --data OUT"),
+    ("hmdb51", ["finetune", "--data", "{tmp}/hmdb51", "--init", "random", "--backbone", "tiny", "--out", "{tmp}/m"],
+     "this looks like hmdb51's raw layout: run `moquad preprocess hmdb51 {tmp}/hmdb51 --out OUT --official-split 1` "
+     "first, then pass --data OUT"),
     ("shards", ["pretrain", "--data", "{data}/shards", "--out", "{tmp}/run"],
      "this is the shards/ folder of a dataset: pass its parent, --data {data}"),
     ("sd", ["motion", "--data", "{data}", "{tmp}/sd.pt", "--out", "{tmp}/m"],
@@ -368,12 +374,17 @@ def tiny_data(tmp_path_factory):
      "train/cpu_demo.yaml is a pre-training recipe (for `moquad pretrain`), not an evaluation recipe"),
 ])
 def test_error_lines_point_to_the_fix(tiny_data, tmp_path, case, args, message):
-    """The mistakes a new user makes: the raw video folder or the shards/ folder as --data, torchvision
+    """The mistakes a new user makes: the raw video folder (a known dataset's: its own preprocess command) or the
+    shards/ folder as --data, torchvision
     weights without ARCH:, a recipe of another stage: one line that names the fix, exit code 2, no output."""
     import torch
 
     (tmp_path / "raw" / "walk").mkdir(parents=True)
     (tmp_path / "raw" / "walk" / "v01.mp4").write_bytes(b"\x00" * 64)
+    for name in ("UCF101/UCF-101/Walk/v_Walk_g01_c01.avi", "UCF101/ucfTrainTestlist/classInd.txt",
+                 "hmdb51/walk/a_walk_f_nm_np1_ba_goo_0.avi", "hmdb51/testTrainMulti_7030_splits/walk_test_split1.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"\x00" * 64)
     torch.save({"conv.weight": torch.ones(2)}, tmp_path / "sd.pt")
     fill = {"{tmp}": str(tmp_path), "{data}": str(tiny_data)}
     args = [re.sub("{tmp}|{data}", lambda m: fill[m[0]], a) for a in args]
