@@ -80,7 +80,8 @@ app.callback(epilog="Example: moquad --debug pretrain --data D  (or: MOQUAD_DEBU
              "moquad synth data/dirs8 --kind directions --classes 8  (adds Left/Right, Clockwise/CounterClockwise: "
              "pre-train with --set loader.flip=shared or none)  |  "
              "moquad synth data/still --kind directions --camera-drift 0  (the same videos, camera still)  |  "
-             "moquad synth data/cam --kind camera --source ../shared/data/real-videos --per-class 100 --size 48")
+             "moquad synth data/cam --kind camera --source ~/videos/real --per-class 100 --size 48  (a folder of a few "
+             "real videos of yours: phone clips, or a few UCF101 or Kinetics clips)")
 @_friendly
 def synth(
     out: str = typer.Argument(..., help="Folder to write the UCF101-layout dataset into."),
@@ -90,7 +91,8 @@ def synth(
                              "camera drift) or 'camera' (PanLeft, PanRight, ZoomIn, ZoomOut, PanUp, PanDown cut from the "
                              "real videos of --source; train and test from different source videos). A horizontal flip "
                              "maps Left<->Right: pre-train such classes with --set loader.flip=shared."),
-    source: str | None = typer.Option(None, help="--kind camera: a folder of real videos to cut the camera motions from."),
+    source: str | None = typer.Option(None, help="--kind camera: a folder of real videos to cut the camera motions from "
+                                  "(at least 2: your own, or a few clips of UCF101 or Kinetics)."),
     classes: int = typer.Option(_default_of(make_synth, "classes"), help="Number of classes, the first N of the "
                                 "family (types: 1-5, directions: 1-8, camera: 1-6)."),
     per_class: int = typer.Option(_default_of(make_synth, "per_class"), help="Videos per class."),
