@@ -143,8 +143,9 @@ def with_suggestion(cfg: Any, e: ConfigError) -> ConfigError:
 
 def resolve(cfg: T, recipe: str | Path | None, overrides: dict[str, Any], sets: list[str] | tuple[str, ...] = ()) -> T:
     """defaults < recipe < named flags < ``--set`` assignments; ``None`` in ``overrides`` means 'flag not given'.
-    A recipe is a YAML file or a name, looked up as the command of ``cfg``'s stage looks it up
-    (:func:`recipe_stage`): ``resolve(PretrainConfig(), "cpu_demo", {"data": "data/shards"})``. The result is checked whole, table choices included. An unknown setting close to a real one says which
+    A recipe is a YAML file or a name, looked up where the command of ``cfg``'s stage looks it up:
+    ``moquad.resolve_config(moquad.PretrainConfig(), "cpu_demo", {"data": "data/shards"})`` is
+    ``moquad pretrain --recipe cpu_demo --data data/shards``. The result is checked whole, table choices included. An unknown setting close to a real one says which
     (``unknown setting 'loader.dilation'; did you mean loader.dilations? valid: ...``)."""
     try:
         return _resolve(cfg, recipe, overrides, sets)
