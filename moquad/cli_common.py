@@ -12,6 +12,10 @@ The policy itself (which failures are expected, how they are worded) is :mod:`mo
 line and exits with code 2, a bug keeps its traceback. ``moquad --debug`` or ``MOQUAD_DEBUG=1``
 prints the traceback of the one-line failures too. :class:`OneLineTyper` does the same for usage errors
 that Click finds before a command runs (``--epochs three``).
+
+Help: Click's layout (each option's help wrapped beside it, :class:`HelpCommand`, :class:`CommandList`), so a
+command with many flags reads in an 80-column terminal; messages name a setting by the running command's flag
+(:func:`moquad.errors.command_flags`).
 """
 
 from __future__ import annotations
