@@ -79,10 +79,23 @@ def _lock(r: dict) -> str:
     return f"lock {lock['sha256'][:12]}" + ("" if lock.get("matches", True) else " (environment differed from it)")
 
 
+# the real clips that the checkout's own runs cut the camera family from; a page shows a command with the folder of
+# the reader's own real videos in their place (Getting started says where to get a few clips)
+RUN_CLIPS = re.compile(r"(?<![\w/.~-])(?:\.\./)*shared/data/real-videos(?![\w/.-])")
+OWN_CLIPS = "~/videos/real"
+OWN_CLIPS_NOTE = (f"*`{OWN_CLIPS}`: a folder of real videos of your own (at least two; these runs cut the camera "
+                  "family from 19 clips of people, sport and street scenes).*")
+
+
+def shown(command: str) -> str:
+    """A recorded command as a page shows it: the real clips it read are the reader's folder :data:`OWN_CLIPS`."""
+    return RUN_CLIPS.sub(OWN_CLIPS, command)
+
+
 def where(r: dict) -> str:
     """One line: the command, the machine, its load, the day, the commit and the lock of record ``r``."""
     parts = [_machine(r), _load(r), (r.get("date") or "date not recorded")[:10], _commit(r), _lock(r)]
-    cmd = (f"`{r['command']}`" if r.get("command") else f"`{r['script']}` (its options not recorded)"
+    cmd = (f"`{shown(r['command'])}`" if r.get("command") else f"`{r['script']}` (its options not recorded)"
            if r.get("script") else "a command not recorded")
     return f"*Measured by {cmd} on " + ", ".join(p for p in parts if p) + ".*"
 
@@ -101,7 +114,8 @@ def where_many(rows: list[dict]) -> str:
     text = (f"*{len(rows)} runs on {', '.join(machines)}, {when}, commit{'s' if len(commits) > 1 else ''} "
             f"{', '.join(commits)}, {', '.join(locks)}" + ("" if len(known) == len(rows) else f"; {len(rows) - len(known)} runs not "
                                        "recorded") + ".*")
-    return text + "".join(f"\n\n```bash\n{c}\n```" for c in commands)
+    note = f"\n\n{OWN_CLIPS_NOTE}" if any(RUN_CLIPS.search(c) for c in commands) else ""
+    return text + "".join(f"\n\n```bash\n{shown(c)}\n```" for c in commands) + note
 
 
 # ----------------------------------------------------------------------------- tables

@@ -54,6 +54,12 @@ COLUMNS = (  # (column, value of one encoder's report, scale, digits); the page'
 )
 
 
+# the real clips continuous integration keeps beside the checkout (../shared/data/real-videos of the first folder
+# above this file that has it; a git worktree sits one level deeper), None where they are absent
+CI_CLIPS = next((p / "shared" / "data" / "real-videos" for p in Path(__file__).resolve().parents
+                 if (p / "shared" / "data" / "real-videos").is_dir()), None)
+
+
 def shards(source: Path, work: Path) -> Path:
     """The clips of ``source`` preprocessed once into ``work/shards`` (one split, test)."""
     from moquad.config import PreprocessConfig
@@ -88,11 +94,13 @@ def hf_folder(family: str, work: Path) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, default=Path("runs/encoder_motion"), help="shards and model folders")
-    ap.add_argument("--source", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data"
-                    / "real-videos", help="folder of real videos (default: ../shared/data/real-videos)")
+    ap.add_argument("--source", type=Path, default=CI_CLIPS, help="a folder of real videos of your own (default: "
+                    "the real clips the checkout's continuous integration keeps beside it, when present)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     add_argument(ap, "encoder_motion")
     args = ap.parse_args()
+    if args.source is None or not args.source.is_dir():
+        ap.error(f"--source {args.source or 'FOLDER'}: give a folder of real videos (at least 2)")
     rec = Record("encoder_motion")
     from moquad.eval.encoders import load_encoder
     from moquad.eval.motion import motion_report

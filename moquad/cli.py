@@ -17,8 +17,11 @@ import typer
 from moquad import config as C
 from moquad import settings
 from moquad.cli_common import (
+    HELP_WIDTH,
     RECIPE,
+    CommandList,
     Flag,
+    HelpCommand,
     OneLineTyper,
     _default_of,
     _friendly,
@@ -37,6 +40,12 @@ app = OneLineTyper(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Click's own help layout: each option's help wraps beside it in the terminal's width (up to 120 columns), a
+    # long option name puts its help on the next line; rich's panels squeezed the help of a command with many
+    # flags into a narrow column
+    rich_markup_mode=None,
+    context_settings={"max_content_width": HELP_WIDTH},
+    cls=CommandList,
     help="MoQuad: shard videos, pre-train motion-focused video encoders, evaluate them honestly.\n\n"
     "Stages: synth -> preprocess -> verify -> pretrain -> extract / retrieve / linear / finetune / cam. "
     "`moquad quickstart` runs them all on generated data.",
@@ -71,7 +80,8 @@ app.callback(epilog="Example: moquad --debug pretrain --data D  (or: MOQUAD_DEBU
              "moquad synth data/dirs8 --kind directions --classes 8  (adds Left/Right, Clockwise/CounterClockwise: "
              "pre-train with --set loader.flip=shared or none)  |  "
              "moquad synth data/still --kind directions --camera-drift 0  (the same videos, camera still)  |  "
-             "moquad synth data/cam --kind camera --source ../shared/data/real-videos --per-class 100 --size 48")
+             "moquad synth data/cam --kind camera --source ~/videos/real --per-class 100 --size 48  (a folder of a few "
+             "real videos of yours: phone clips, or a few UCF101 or Kinetics clips)")
 @_friendly
 def synth(
     out: str = typer.Argument(..., help="Folder to write the UCF101-layout dataset into."),
@@ -81,7 +91,8 @@ def synth(
                              "camera drift) or 'camera' (PanLeft, PanRight, ZoomIn, ZoomOut, PanUp, PanDown cut from the "
                              "real videos of --source; train and test from different source videos). A horizontal flip "
                              "maps Left<->Right: pre-train such classes with --set loader.flip=shared."),
-    source: str | None = typer.Option(None, help="--kind camera: a folder of real videos to cut the camera motions from."),
+    source: str | None = typer.Option(None, help="--kind camera: a folder of real videos to cut the camera motions from "
+                                  "(at least 2: your own, or a few clips of UCF101 or Kinetics)."),
     classes: int = typer.Option(_default_of(make_synth, "classes"), help="Number of classes, the first N of the "
                                 "family (types: 1-5, directions: 1-8, camera: 1-6)."),
     per_class: int = typer.Option(_default_of(make_synth, "per_class"), help="Videos per class."),
@@ -208,7 +219,7 @@ def recipes(stage: str | None = typer.Option(None, help="Only this stage's recip
 METHOD_HELP = methods.help_text()  # from the table: each row's summary
 PRETRAIN_FLAGS = (
     Flag("data"), Flag("split"), Flag("out"), RECIPE,
-    Flag("method", help=f"Pre-training method: {METHOD_HELP}."),
+    Flag("method", help=f"Pre-training method, one of {METHOD_HELP}."),
     *map(Flag, ("backbone", "model_input", "proj_dim", "proj_hidden", "epochs", "batch_size", "lr",
                 "lr_warmup_epochs", "weight_decay", "optimizer", "temperature", "warmup_ratio", "hard_beta",
                 "hard_alpha", "momentum", "queue_size", "predictor", "symmetric", "key_bn", "key_bn_group")),
@@ -216,9 +227,8 @@ PRETRAIN_FLAGS = (
                                     "ad_intra_neg", "workers")),
     Flag("loader.augment_on_device", decls=("--augment-on-device/--augment-on-cpu",)),
     *map(Flag, ("steps_per_epoch", "ckpt_every", "log_every", "sync_bn")),
-    Flag("resume", decls=("--resume",), help="Continue the run in --out from its last checkpoint, with the run's own "
-         "settings (OUT/config.yaml); flags and --set still apply over them, and one that changes what the run "
-         "trained is refused."),
+    Flag("resume", decls=("--resume",), help="Continue the run in --out from its last checkpoint with its own "
+         "settings (OUT/config.yaml); flags and --set apply over them, unless they change what it trained."),
     Flag("seed", also=("loader.seed",)), Flag("device"))
 
 
@@ -242,8 +252,8 @@ def _resumed(cfg: C.PretrainConfig) -> C.PretrainConfig | None:
     "Examples: moquad pretrain --data /data/shards/ucf101 --recipe ucf101_r3d18_moquad_dagger  |  "
     "moquad pretrain --data data/shards --recipe train/cpu_demo.yaml --method moquad --out runs/moquad  |  "
     "moquad pretrain --data data/shards --backbone tiny --size 64 --set loader.dilations=1,4 --set loader.grayscale=0  |  "
-    "moquad pretrain --out runs/moquad --resume  (continues the run with its own settings)  |  "
-    "torchrun --nnodes 4 --nproc-per-node 8 ... -m moquad.cli pretrain --data ... --recipe ..."))
+    "moquad pretrain --out runs/moquad --resume  |  "
+    "torchrun --nnodes 4 --nproc-per-node 8 ... -m moquad.cli pretrain ..."))
 def pretrain(cfg: C.PretrainConfig) -> None:
     """Pre-train a video encoder with MoQuad (or the SimCLR baseline) from shards; any setting: --set KEY=VALUE."""
     if not cfg.data:
@@ -294,6 +304,8 @@ def quickstart(
 from moquad import cli_eval  # noqa: E402  (stage 3 lives in its own module)
 
 app.registered_commands[-1:-1] = cli_eval.app.registered_commands  # evaluation commands before quickstart
+for _info in app.registered_commands:  # each command's --help in Click's layout, lines broken between words
+    _info.cls = HelpCommand if _info.cls in (None, typer.core.TyperCommand) else _info.cls
 
 
 def main() -> None:

@@ -12,6 +12,10 @@ The policy itself (which failures are expected, how they are worded) is :mod:`mo
 line and exits with code 2, a bug keeps its traceback. ``moquad --debug`` or ``MOQUAD_DEBUG=1``
 prints the traceback of the one-line failures too. :class:`OneLineTyper` does the same for usage errors
 that Click finds before a command runs (``--epochs three``).
+
+Help: Click's layout (each option's help wrapped beside it, :class:`HelpCommand`, :class:`CommandList`), so a
+command with many flags reads in an 80-column terminal; messages name a setting by the running command's flag
+(:func:`moquad.errors.command_flags`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import typer
 
 from moquad import config as C
 from moquad import settings
-from moquad.errors import user_message
+from moquad.errors import command_flags, user_message
 from moquad.objstore import is_url
 from moquad.recipes import find_recipe
 
@@ -106,6 +110,54 @@ class OneLineTyper(typer.Typer):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+NB_HYPHEN = "\u2011"  # a non-breaking hyphen: one column, as "-", but no place to wrap a line
+
+
+class WholeWords(typer.Context.formatter_class):  # Click's HelpFormatter (Typer vendors Click)
+    """Click's help layout, but no line breaks inside a word at its hyphen (``--print-config``, ``--nproc-per-node``):
+    the text is wrapped with its hyphens held as :data:`NB_HYPHEN`, which the finished help gives back."""
+
+    def write_text(self, text: str) -> None:
+        super().write_text(text.replace("-", NB_HYPHEN))
+
+    def write_dl(self, rows: Sequence[tuple[str, str]], *args: Any, **kwargs: Any) -> None:
+        super().write_dl([(a.replace("-", NB_HYPHEN), b.replace("-", NB_HYPHEN)) for a, b in rows], *args, **kwargs)
+
+    def getvalue(self) -> str:
+        return super().getvalue().replace(NB_HYPHEN, "-")
+
+
+class HelpContext(typer.Context):
+    formatter_class = WholeWords
+
+
+class HelpCommand(typer.core.TyperCommand):
+    """Every ``moquad`` command: its ``--help`` in Click's layout (:class:`WholeWords`), a positional named in
+    capitals as its help texts name it (``moquad synth [OPTIONS] OUT``)."""
+
+    context_class = HelpContext
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for p in self.params:
+            if isinstance(p, typer.core.TyperArgument) and p.metavar is None and p.name:
+                p.metavar = p.name.upper()
+
+
+class CommandList(typer.core.TyperGroup):
+    """``moquad --help`` lists each command with the whole first paragraph of its help, wrapped (Click's list cuts
+    it at the first full stop or at one line: "Draw loss, learning rate and the Fig.")."""
+
+    context_class = HelpContext
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = [(name, " ".join((cmd.help or "").split("\n\n")[0].split())) for name in self.list_commands(ctx)
+                if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
 def usage_line(e: typer.TyperException) -> str:
     """Click's message on one line, with where to look: ``Invalid value for '--epochs': 'three' is not a valid
     integer (see `moquad pretrain --help`)``."""
@@ -116,11 +168,11 @@ def usage_line(e: typer.TyperException) -> str:
 
 _SET = typer.Option(
     None, "--set", metavar="KEY=VALUE",
-    help="Any setting of the config, repeatable, dotted for nested ones: --set loader.dilations=1,4 "
-         "--set loader.crop_scale=0.6,1.0. Applied after the named flags, so it wins over them.")
+    help="Any setting, repeatable, dotted for nested ones: --set loader.dilations=1,4. Wins over the named "
+         "flags and the recipe. --print-config lists every setting; the Python API page of the docs explains each.")
 _PRINT = typer.Option(
     False, "--print-config",
-    help="Print the resolved config (defaults < recipe < flags < --set) as YAML and exit without running.")
+    help="Print the resolved config as YAML and exit.")
 
 
 def _printed(cfg: Any, print_config: bool) -> bool:
@@ -164,7 +216,8 @@ def flag_help(cls: type, key: str, text: str | None = None, show_default: bool =
     obj, f, _ = _field(cls, key)
     text = f.metadata["help"] if text is None else text
     names = f.metadata.get("choices") or settings.choices(type(obj), f.name)  # fixed choices, or a table's rows
-    choices = f" One of: {', '.join(map(str, names))}." if names else ""
+    listed = names and all(f"{n}: " in text or f"{n} (" in text for n in names)  # each one said: "NAME: what"
+    choices = f" One of: {', '.join(map(str, names))}." if names and not listed else ""
     value = getattr(obj, f.name)
     show_default = show_default and value != "" and not (value is None and "default:" in text)  # said in words
     shown = f" (default: {_text(value)})" if show_default else ""  # not [..]: rich would read markup
@@ -196,23 +249,44 @@ class Flag:
         return self.decls[0].split("/")[0].lstrip("-").replace("-", "_") if self.decls else self.key.replace(".", "__")
 
 
+HELP_WIDTH = 120  # the widest a command's --help gets in a wide terminal (Click's default stops at 80)
 RECIPE = "recipe"  # in a command's flags: where its --recipe goes
 _KW = inspect.Parameter.KEYWORD_ONLY
 
 
+def _decls(cls: type, flag: Flag) -> tuple[str, ...]:
+    """The names of ``flag`` on the command line: its ``decls``, else ``--<field name>`` (``--x/--no-x`` for a bool)."""
+    _, f, hint = _field(cls, flag.key)
+    if flag.decls:
+        return flag.decls
+    name = "--" + f.name.replace("_", "-")
+    return (f"{name}/--no-{name[2:]}",) if C.unwrap_optional(hint)[0] is bool else (name,)
+
+
+def flag_names(cls: type, flags: Sequence[Flag | str]) -> dict[str, str]:
+    """Setting -> the flag that sets it in a command of ``flags`` (``epochs`` -> ``--epochs``, ``sync_bn`` ->
+    ``--sync-bn/--no-sync-bn``; positionals only by their option): how its messages name them
+    (:func:`moquad.errors.setting`)."""
+    out = {}
+    for flag in flags:
+        if isinstance(flag, Flag) and (not flag.argument or flag.option):
+            name = flag.option if flag.argument else _decls(cls, flag)[0]
+            out.update({key: name for key in (flag.key, *flag.also)})
+    return out
+
+
 def _flag_parameters(cls: type, flag: Flag) -> list[inspect.Parameter]:
     """The typer parameter(s) of ``flag``: its option (or argument), and its hidden alias."""
-    _, f, hint = _field(cls, flag.key)
+    hint = _field(cls, flag.key)[2]
     tp, optional = C.unwrap_optional(hint)
     metavar = None
     if typing.get_origin(tp) is tuple:
         tp = list[str] if flag.multiple else str
     elif optional and tp in (int, float) and not flag.argument:  # read as text: `none` resets it (_flag_values)
         tp, metavar = str, f"<{tp.__name__}|none>"
-    decls = flag.decls or ("--" + f.name.replace("_", "-"),)
-    if tp is bool and not flag.decls:
-        decls = (f"{decls[0]}/--no-{decls[0][2:]}",)
-    text = flag_help(cls, flag.key, flag.help, show_default=not (flag.required or flag.argument))
+    decls = _decls(cls, flag)
+    switch = tp is bool and "/" not in decls[0]  # --resume: off unless given
+    text = flag_help(cls, flag.key, flag.help, show_default=not (flag.required or flag.argument or switch))
     if flag.also:
         text = text.replace(" (default: ", f" Also sets {', '.join(flag.also)}. (default: ", 1)
     if flag.argument and flag.option:  # either the positional or the option: one of them is needed
@@ -286,6 +360,7 @@ def config_command(app: typer.Typer, name: str, cls: type, flags: Sequence[Flag 
     def wrap(body: Callable[..., Any]) -> Any:
         own = {p.name: p.replace(kind=_KW) for p in list(inspect.signature(body, eval_str=True).parameters.values())[1:]}
         named = [f for f in flags if isinstance(f, Flag)]
+        names = flag_names(cls, named)
         params = [p for entry in flags for p in (
             [_recipe_option(stage or "")] if entry == RECIPE else [own.pop(entry)] if isinstance(entry, str)
             else _flag_parameters(cls, entry))]
@@ -307,9 +382,10 @@ def config_command(app: typer.Typer, name: str, cls: type, flags: Sequence[Flag 
                 cfg = dataclasses.replace(cfg, recipe=named_recipe)
             if _printed(cfg, kw.pop("print_config")):
                 return
-            if check is not None:
-                check(cfg)
-            body(cfg, **kw)
+            with command_flags(names):  # messages name this command's flags, not the config's fields
+                if check is not None:
+                    check(cfg)
+                body(cfg, **kw)
 
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}

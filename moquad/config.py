@@ -347,12 +347,12 @@ class PretrainConfig:
     batch_size: int = rule(256, ge=1, help="GLOBAL batch size in videos (split over ranks).")
     # the optimizer and its three settings: None = the backbone row's optimizer, and that optimizer's pre-training
     # setting (lars: the paper's); settled in ONE place, moquad.train.optimizers.pretrain_optimizer
-    lr: float | None = rule(None, gt=0, help="Learning rate at batch 256, scaled linearly (default: the optimizer's "
-                            "pre-training setting).")
+    lr: float | None = rule(None, gt=0, help="Learning rate at batch 256, scaled linearly (default: the "
+                            "optimizer's).")
     lr_warmup_epochs: float | None = rule(None, ge=0, help="Linear learning-rate warm-up epochs (default: the "
-                                          "optimizer's pre-training setting).")
+                                          "optimizer's).")
     weight_decay: float | None = rule(None, ge=0, help="Weight decay, none on norms and biases (default: the "
-                                      "optimizer's pre-training setting).")
+                                      "optimizer's).")
     optimizer: str | None = rule(None, help="Optimizer (default: the backbone's: lars for the CNNs, adamw_vit for "
                                  "the transformers).")  # a row of moquad.train.optimizers.OPTIMIZERS
     temperature: float = rule(0.1, gt=0, help="Softmax temperature tau.")

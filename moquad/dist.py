@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from moquad.errors import MoquadError
+from moquad.errors import MoquadError, setting
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def pick_device(want: str = "auto", local_rank: int = 0) -> torch.device:
     if want == "cpu" or (want == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise ValueError("device=cuda requested but CUDA is not available; use --device cpu")
+        raise ValueError(f"device cuda requested but CUDA is not available; use {setting('device', 'cpu')}")
     torch.cuda.set_device(local_rank)
     return torch.device("cuda", local_rank)
 

@@ -7,15 +7,20 @@ are raised as :class:`MoquadError`, ``ValueError``, ``FileNotFoundError``, ``Not
 or ``FileExistsError`` (the library's historic user errors), or are an ``OSError`` from the
 filesystem whose errno is in :data:`DISK_ERRNOS` (worded by :func:`disk_error`).
 :func:`user_message` decides. Anything else is a bug and keeps its traceback.
+
+A message that says which setting to change names it as its reader sets it (:func:`setting`): a command's flag
+(``--batch-size 8``, or ``--set KEY=VALUE`` for a setting without one) while the command line runs a command
+(:func:`command_flags`), the config field (``batch_size=8``) when moquad is called from Python.
 """
 
 from __future__ import annotations
 
 import errno
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 class MoquadError(Exception):
@@ -81,3 +86,36 @@ def disk_errors(path: str | Path, resume_hint: str = "re-run the same command to
         if e.errno in DISK_ERRNOS:
             raise disk_error(e, path, resume_hint) from e
         raise
+
+
+# The flags of the command that is running (setting -> its flag: "epochs" -> "--epochs"), set by the command line
+# around a command's work; None: moquad is called from Python, where a setting is a config field or a keyword.
+# A plain module value, not a ContextVar: the loader's worker processes (forked) word their messages alike.
+_COMMAND_FLAGS: Mapping[str, str] | None = None
+
+
+@contextmanager
+def command_flags(flags: Mapping[str, str]) -> Iterator[None]:
+    """Within: messages name settings the way the running command takes them (:func:`setting`)."""
+    global _COMMAND_FLAGS
+    before, _COMMAND_FLAGS = _COMMAND_FLAGS, dict(flags)
+    try:
+        yield
+    finally:
+        _COMMAND_FLAGS = before
+
+
+def setting(key: str, value: Any) -> str:
+    """How a message tells its reader to set ``key`` (dotted for nested ones) to ``value``: from the command line
+    the command's own flag (``--batch-size 8``, ``--no-sync-bn``) or ``--set loader.appearance_op=rad_intra``; from
+    Python the config field (``batch_size=8``, ``loader.appearance_op='rad_intra'``)."""
+    if _COMMAND_FLAGS is None:
+        return f"{key}={value!r}"
+    flag = _COMMAND_FLAGS.get(key)
+    text = ",".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
+    if flag is None:
+        return f"--set {key}={text.lower() if isinstance(value, bool) else text}"
+    if isinstance(value, bool):  # "--sync-bn/--no-sync-bn": the switch that gives it
+        on, _, off = flag.partition("/")
+        return on if value else off or f"--set {key}=false"
+    return f"{flag} {text}"

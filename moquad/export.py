@@ -48,6 +48,7 @@ import moquad
 from moquad.config import EXPORT_FORMATS
 from moquad.data.augment import MEAN, STD
 from moquad.data.store import manifest_checksum, read_manifest
+from moquad.errors import setting
 from moquad.eval.clips import pretrain_clip
 from moquad.eval.common import eval_folder, sha256_file
 from moquad.io import atomic_write
@@ -182,7 +183,7 @@ def export(checkpoint: str | Path, fmt: str, out: str | Path) -> tuple[Path, Pat
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if out.suffix == ".json":
-        raise ValueError(f"--out {out} would clash with its model card; use .pt / .pth / .safetensors")
+        raise ValueError(f"the output {out} would clash with its model card; use .pt / .pth / .safetensors")
     ckpt = load(ckpt_path)
     cfg = ckpt.get("config") if isinstance(ckpt, dict) else None
     if not isinstance(cfg, dict) or "model" not in ckpt or "backbone" not in cfg:
@@ -190,7 +191,7 @@ def export(checkpoint: str | Path, fmt: str, out: str | Path) -> tuple[Path, Pat
                          "pass RUN/checkpoints/last.pt")
     arch = cfg["backbone"]
     if fmt == "torchvision" and arch not in TORCHVISION:
-        raise ValueError(f"{arch} is not a torchvision architecture; export it with --format safetensors")
+        raise ValueError(f"{arch} is not a torchvision architecture; export it with {setting('format', 'safetensors')}")
     sd = backbone_state(ckpt, torchvision_names=arch in TORCHVISION)
     sha = sha256_file(ckpt_path)
     hint = "re-run the export"

@@ -57,14 +57,14 @@ def hold(folder: str | Path, command: str, part: int | None = None) -> Iterator[
         except BlockingIOError:
             what = f"`moquad {command}`" + (f" part {part}" if part is not None else "")
             raise MoquadError(f"{folder} is being written by another {what} ({_holder(path)}); wait for it to "
-                              "finish or choose another --out") from None
+                              "finish or choose another output folder") from None
         except OSError as e:  # ENOSYS: Lustre without -o flock; ENOLCK: NFSv3 without its lock daemon (statd)
             if created:
                 _tidy(folder, path)
             elif new_file:
                 path.unlink(missing_ok=True)
             raise MoquadError(f"cannot lock {folder}: its filesystem does not support file locks ({e.strerror or e}); "
-                              "mount it with locking (Lustre: -o flock; NFSv3: run rpc.statd) or choose an --out "
+                              "mount it with locking (Lustre: -o flock; NFSv3: run rpc.statd) or choose an output folder "
                               "on a filesystem that has them") from None
         held = True
         info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "since": time.time()}

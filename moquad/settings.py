@@ -74,6 +74,15 @@ RECIPE_KINDS: dict[type, tuple[str, str, str]] = {
 }
 
 
+def recipe_stage(cls: type) -> str | None:
+    """The stage folder where a bare recipe name is looked up for config class ``cls``, as its command looks it
+    up: ``cpu_demo`` is ``train/cpu_demo.yaml`` for a :class:`PretrainConfig` (``moquad pretrain``) and
+    ``eval/cpu_demo.yaml`` for an :class:`EvalConfig` (the evaluation commands); None (any stage, where the name
+    must be unique) for a config whose command takes no recipe."""
+    kind = RECIPE_KINDS.get(cls)
+    return kind[2] if kind else None
+
+
 def other_stage(cfg: Any, values: Mapping[str, Any], recipe: str | Path) -> str | None:
     """Why a recipe whose settings ``cfg`` refuses was given to the wrong command: its settings are all those of
     another stage's config (:data:`RECIPE_KINDS`); None when they are not (a typo, then)."""
@@ -134,7 +143,9 @@ def with_suggestion(cfg: Any, e: ConfigError) -> ConfigError:
 
 def resolve(cfg: T, recipe: str | Path | None, overrides: dict[str, Any], sets: list[str] | tuple[str, ...] = ()) -> T:
     """defaults < recipe < named flags < ``--set`` assignments; ``None`` in ``overrides`` means 'flag not given'.
-    The result is checked whole, table choices included. An unknown setting close to a real one says which
+    A recipe is a YAML file or a name, looked up where the command of ``cfg``'s stage looks it up:
+    ``moquad.resolve_config(moquad.PretrainConfig(), "cpu_demo", {"data": "data/shards"})`` is
+    ``moquad pretrain --recipe cpu_demo --data data/shards``. The result is checked whole, table choices included. An unknown setting close to a real one says which
     (``unknown setting 'loader.dilation'; did you mean loader.dilations? valid: ...``)."""
     try:
         return _resolve(cfg, recipe, overrides, sets)
@@ -144,7 +155,7 @@ def resolve(cfg: T, recipe: str | Path | None, overrides: dict[str, Any], sets: 
 
 def _resolve(cfg: T, recipe: str | Path | None, overrides: dict[str, Any], sets: list[str] | tuple[str, ...]) -> T:
     if recipe:
-        values = load_recipe(recipe)
+        values = load_recipe(recipe, stage=recipe_stage(type(cfg)))
         try:
             cfg = update(cfg, values)
             check_choices(cfg)

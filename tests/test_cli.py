@@ -353,6 +353,12 @@ def tiny_data(tmp_path_factory):
      "this looks like raw videos: run `moquad preprocess folder {tmp}/raw --out OUT` first, then pass --data OUT"),
     ("raw", ["info", "{tmp}/raw"],
      "this looks like raw videos: run `moquad preprocess folder {tmp}/raw --out OUT` first"),
+    ("ucf101", ["pretrain", "--data", "{tmp}/UCF101", "--out", "{tmp}/run"],
+     "this looks like ucf101's raw layout: run `moquad preprocess ucf101 {tmp}/UCF101 --out OUT --official-split 1` "
+     "first, then pass --data OUT"),
+    ("hmdb51", ["finetune", "--data", "{tmp}/hmdb51", "--init", "random", "--backbone", "tiny", "--out", "{tmp}/m"],
+     "this looks like hmdb51's raw layout: run `moquad preprocess hmdb51 {tmp}/hmdb51 --out OUT --official-split 1` "
+     "first, then pass --data OUT"),
     ("shards", ["pretrain", "--data", "{data}/shards", "--out", "{tmp}/run"],
      "this is the shards/ folder of a dataset: pass its parent, --data {data}"),
     ("sd", ["motion", "--data", "{data}", "{tmp}/sd.pt", "--out", "{tmp}/m"],
@@ -368,12 +374,17 @@ def tiny_data(tmp_path_factory):
      "train/cpu_demo.yaml is a pre-training recipe (for `moquad pretrain`), not an evaluation recipe"),
 ])
 def test_error_lines_point_to_the_fix(tiny_data, tmp_path, case, args, message):
-    """The mistakes a new user makes: the raw video folder or the shards/ folder as --data, torchvision
+    """The mistakes a new user makes: the raw video folder (a known dataset's: its own preprocess command) or the
+    shards/ folder as --data, torchvision
     weights without ARCH:, a recipe of another stage: one line that names the fix, exit code 2, no output."""
     import torch
 
     (tmp_path / "raw" / "walk").mkdir(parents=True)
     (tmp_path / "raw" / "walk" / "v01.mp4").write_bytes(b"\x00" * 64)
+    for name in ("UCF101/UCF-101/Walk/v_Walk_g01_c01.avi", "UCF101/ucfTrainTestlist/classInd.txt",
+                 "hmdb51/walk/a_walk_f_nm_np1_ba_goo_0.avi", "hmdb51/testTrainMulti_7030_splits/walk_test_split1.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"\x00" * 64)
     torch.save({"conv.weight": torch.ones(2)}, tmp_path / "sd.pt")
     fill = {"{tmp}": str(tmp_path), "{data}": str(tiny_data)}
     args = [re.sub("{tmp}|{data}", lambda m: fill[m[0]], a) for a in args]
@@ -382,3 +393,48 @@ def test_error_lines_point_to_the_fix(tiny_data, tmp_path, case, args, message):
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert re.sub("{tmp}|{data}", lambda m: fill[m[0]], message) in lines[0]
     assert not (tmp_path / "run").exists() and not (tmp_path / "m").exists()
+
+
+# ----------------------------------------------------------------------------- help at 80 columns
+
+
+HELP_LINES = 120  # the most lines a command's --help may take at 80 columns (pretrain, the longest, shows ~45 flags)
+
+
+def _help_at(columns: int, *command: str) -> list[str]:
+    import os
+
+    result = clirun.python("-m", "moquad.cli", *command, "--help", env={**os.environ, "COLUMNS": str(columns)})
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_every_help_reads_at_80_columns():
+    """Each --help fits an 80-column terminal in at most HELP_LINES lines, every option's help beside it at least
+    40 columns wide (rich's panels once squeezed pretrain's into 20 columns over 276 lines); a wide terminal gets
+    fewer, longer lines (up to 120 columns)."""
+    import typer.main
+
+    names = list(typer.main.get_command(app).list_commands(None))
+    for command in ([], *([n] for n in names)):
+        lines = _help_at(80, *command)
+        assert len(lines) <= HELP_LINES and max(map(len, lines)) <= 80, (command, len(lines))
+        indents = [len(line) - len(line.lstrip()) for line in lines if line.startswith(" " * 12)]
+        assert max(indents, default=0) <= 34, command  # an option's help wraps in the 44 columns beside it
+    pretrain, wide = _help_at(80, "pretrain"), _help_at(120, "pretrain")
+    assert 100 <= len(pretrain) <= HELP_LINES and len(wide) < 0.7 * len(pretrain) and max(map(len, wide)) <= 120
+    assert max(len(line) - 34 for line in pretrain if line.startswith(" " * 34)) >= 40
+
+
+def test_help_is_complete():
+    """pretrain --help names every flag of the command (none hidden but an old alias) and says where every other
+    setting is; ``moquad --help`` gives each command's whole summary."""
+    import typer.main
+
+    text = "\n".join(_help_at(80, "pretrain"))
+    cmd = typer.main.get_command(app).commands["pretrain"]
+    shown = [opt for p in cmd.params for opt in (*p.opts, *p.secondary_opts) if not getattr(p, "hidden", False)]
+    assert len(shown) > 45 and [opt for opt in shown if opt not in text] == []
+    assert "--print-config lists every setting" in " ".join(text.split())
+    assert "Draw loss, learning rate and the Fig. 4 rank diagnostic of a run to a PNG." in " ".join(
+        "\n".join(_help_at(80)).split())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_preprocess_layouts import make_hmdb51, make_k400, make_ssv2, make_ucf101
 
-from moquad.preprocess.datasets import DATASETS, LayoutError, list_dataset, ssv2_label_name
+from moquad.preprocess.datasets import DATASETS, LayoutError, list_dataset, raw_layout, ssv2_label_name
 
 
 def _by_id(listing):
@@ -136,3 +136,20 @@ def test_the_table_is_the_config_choices():
     assert {n for n, a in DATASETS.items() if a.official_splits} == {"ucf101", "hmdb51"}
     with pytest.raises(ValueError, match="ucf101 has official splits 1, 2, 3; none was given"):
         list_dataset("ucf101", ".")
+
+
+@pytest.mark.parametrize("files, dataset", [
+    (["ucfTrainTestlist/classInd.txt", "UCF-101/Walk/v_Walk_g01_c01.avi"], "ucf101"),
+    (["UCF101/ucfTrainTestlist/trainlist01.txt"], "ucf101"),  # its parent folder
+    (["ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi"], "ucf101"),  # class folders named as UCF101's, no lists
+    (["brush_hair/a_brush_hair_f_nm_np1_ba_goo_0.avi", "testTrainMulti_7030_splits/brush_hair_test_split1.txt"],
+     "hmdb51"),
+    (["labels/something-something-v2-labels.json", "videos/1.webm"], "ssv2"),
+    (["train/abseiling/0347ZoDXyP0_000095_000105.mp4"], "k400"),
+    (["walk/clip1.mp4", "run/v_2.avi"], None),  # a folder of one's own videos: `preprocess folder`
+])
+def test_raw_layout_names_the_dataset_a_folder_holds(tmp_path, files, dataset):
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    assert raw_layout(tmp_path) == dataset

@@ -104,7 +104,7 @@ def test_ray_engine_without_ray_writes_nothing(raw, tmp_path, monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
     out = tmp_path / "never"
-    with pytest.raises(MoquadError, match=r"--engine ray needs Ray: pip install 'moquad\[ray\]'"):
+    with pytest.raises(MoquadError, match=r"engine='ray' needs Ray: pip install 'moquad\[ray\]' \(or use engine='local'\)"):
         preprocess(_cfg(raw, out, engine="ray"), quiet=True)
     assert not out.exists()
 

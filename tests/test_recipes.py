@@ -208,3 +208,19 @@ def test_list_recipes():
     assert row["description"] == " ".join(read_recipe_file(ROOT / "train" / "ucf101_r3d18_moquad.yaml")["description"].split())
     assert all(r["description"] for r in listed)
 
+
+
+def test_the_api_takes_a_recipe_name_as_each_command_does():
+    """``moquad.resolve_config`` looks a bare name up in its config's stage, as ``moquad pretrain --recipe cpu_demo``
+    and ``moquad retrieve --recipe cpu_demo`` do: ``cpu_demo`` is in two stages, and neither call is ambiguous."""
+    import moquad
+
+    train = moquad.resolve_config(moquad.PretrainConfig(), "cpu_demo", {"data": "data/shards"})
+    assert train == settings.resolve(C.PretrainConfig(), ROOT / "train" / "cpu_demo.yaml", {"data": "data/shards"})
+    assert (train.backbone, train.epochs, train.data) == ("tiny", 60, "data/shards")
+    ev = moquad.resolve_config(moquad.EvalConfig(), "cpu_demo", {})
+    assert ev == settings.resolve(C.EvalConfig(), ROOT / "eval" / "cpu_demo.yaml", {})
+    assert ev != C.EvalConfig() and settings.recipe_stage(C.EvalConfig) == "eval"
+    assert settings.recipe_stage(C.PreprocessConfig) == "preprocess" and settings.recipe_stage(C.ExportConfig) is None
+    with pytest.raises(FileNotFoundError, match="moquad recipes"):  # a train recipe is no evaluation recipe
+        moquad.resolve_config(moquad.EvalConfig(), "ucf101_r3d18_moquad", {})

@@ -176,3 +176,20 @@ def test_a_rendered_table_names_the_lock_of_its_record(tmp_path, monkeypatch):
     rec["lock"]["matches"] = False
     (tmp_path / "bench_x.json").write_text(json.dumps(rec))
     assert "lock 902b7fbc1641 (environment differed from it).*" in pages.render("<!-- moquad:table bench_x main -->\n")
+
+
+def test_a_command_shows_the_readers_own_clips():
+    """A recorded run that read the clips beside the checkout is shown with the reader's own folder of real videos
+    (and a line that says what it holds); the record keeps the command as it ran."""
+    pages = results_pages()
+    ran = ("python experiments/motion_ladder.py --out runs/ladder \\\n    --families camera --source "
+           "../shared/data/real-videos --seeds 0")
+    rows = [{"command": ran, "date": "2026-01-01T00:00:00", "commit": "abcdef0123", "machine": {"cpu": "X", "cores": 2}}]
+    text = pages.where_many(rows)
+    assert "shared/data" not in text and "--families camera --source ~/videos/real --seeds 0" in text
+    assert text.endswith("*`~/videos/real`: a folder of real videos of your own (at least two; these runs cut the "
+                         "camera family from 19 clips of people, sport and street scenes).*")
+    assert pages.shown("x --source data/shared/data/real-videos2") == "x --source data/shared/data/real-videos2"
+    assert pages.where({"command": "b.py --src ../../shared/data/real-videos", "date": "2026-01-01"}).startswith(
+        "*Measured by `b.py --src ~/videos/real` on ")
+    assert "shared/data" in (RESULTS / "methods_ladder.jsonl").read_text()  # history, as it ran

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from moquad.data.store import BadSample, Split, decode_jpeg, largest_reduction
 from moquad.data.views import DonorPick
-from moquad.errors import MoquadError
+from moquad.errors import MoquadError, setting
 
 
 def resize_cells(frames: torch.Tensor, cell: int) -> torch.Tensor:
@@ -50,7 +50,7 @@ class DonorPool:
         first, then = np.flatnonzero(other_shard), np.flatnonzero(other_video & ~other_shard)
         if len(first) + len(then) == 0:
             raise MoquadError("RAD-inter needs donor frames from other videos but none could be read (a split "
-                              "of one video?); use --set loader.appearance_op=rad_intra or add videos")
+                              f"of one video?); use {setting('loader.appearance_op', 'rad_intra')} or add videos")
 
         def pick(count: int, rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
             order = np.concatenate([rng.permutation(first), rng.permutation(then)])

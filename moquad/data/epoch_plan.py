@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from moquad.errors import MoquadError
+from moquad.errors import MoquadError, setting
 
 # first word of each kind of random stream (distinct, so no two kinds ever share a stream)
 STREAMS = {"permutation": 0x5045524D, "views": 0x56494557, "donors": 0x444F4E52}
@@ -51,7 +51,7 @@ class EpochPlan:
         if num_videos < self.global_batch:
             raise MoquadError(
                 f"the global batch of {self.global_batch} videos ({per_rank} per rank x {world_size} ranks) is larger "
-                f"than the split ({num_videos} videos); use --batch-size {max(1, num_videos // world_size) * world_size}"
+                f"than the split ({num_videos} videos); use {setting('batch_size', max(1, num_videos // world_size) * world_size)}"
                 " or less (each video may appear only once per batch)"
             )
         self.num_batches = num_videos // self.global_batch

@@ -91,7 +91,7 @@ class BufferRing:
     """A worker's shared-memory batch buffers, each reused every ``PREFETCH + 1`` batches instead of made anew.
 
     A fresh shared buffer costs its allocation and a page fault per 4 kB page (zero filled by the kernel) on every
-    batch: 14 ms for the 19 MB of uint8 views of a batch of 8 quadruples on the 2-core box, where a real worker
+    batch: 14 ms for the 19 MB of uint8 views of a batch of 8 quadruples on a 2-core CPU, where a real worker
     made 1.6-1.9x more quadruples per CPU second with recycled buffers (benchmarks/bench_loader.py); on an H200
     machine's 16 cores, where pages fault in cheaply, 0-10 % more. Reuse is safe when the consumer is done with each
     batch (or has copied it) before it asks for the next: the DataLoader deals a worker's batches in turn and sends a

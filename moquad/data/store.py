@@ -140,20 +140,28 @@ def _manifest_file(data_dir: Location, split: str) -> tuple[Location, pq.Parquet
 
 def _not_a_dataset(data_dir: Location, have: list[str]) -> str:
     """The end of the no-manifest message when ``data_dir`` is a local folder that is not a dataset but looks like
-    what users pass by mistake: the ``shards/`` folder of one, or a folder of raw videos (a file whose MIME type,
-    as the system's table knows it, is video/*, up to two folders down)."""
+    what users pass by mistake: the ``shards/`` folder of one, or a folder of raw videos: a known dataset's layout
+    (its ``moquad preprocess`` command named), else a file whose MIME type, as the system's table knows it, is
+    video/*, up to two folders down (``preprocess folder``)."""
     import mimetypes
+
+    from moquad.preprocess.datasets import DATASETS, raw_layout  # here: preprocess sits above data
 
     folder = Path(str(data_dir))
     if have or objstore.is_url(data_dir) or not folder.is_dir():
         return ""
     if (folder.parent / "manifests").is_dir() and any(folder.glob("*.tar")):
         return f"; this is the shards/ folder of a dataset: pass its parent, --data {folder.parent}"
-    files = [p for pattern in ("*", "*/*", "*/*/*") for p in folder.glob(pattern)]
-    if any((mimetypes.guess_type(p.name)[0] or "").startswith("video/") for p in files[:10000]):
-        return (f"; this looks like raw videos: run `moquad preprocess folder {folder} --out OUT` first, then pass "
-                "--data OUT")
-    return ""
+    dataset = raw_layout(folder)
+    files = [p for pattern in ("*", "*/*", "*/*/*") for p in folder.glob(pattern)] if dataset is None else []
+    if dataset is None and any((mimetypes.guess_type(p.name)[0] or "").startswith("video/") for p in files[:10000]):
+        dataset = "folder"
+    if dataset is None:
+        return ""
+    split = f" --official-split {DATASETS[dataset].official_splits[0]}" if DATASETS[dataset].official_splits else ""
+    what = "raw videos" if dataset == "folder" else f"{dataset}'s raw layout"
+    return (f"; this looks like {what}: run `moquad preprocess {dataset} {folder} --out OUT{split}` first, then "
+            "pass --data OUT")
 
 
 def read_manifest(data_dir: Location, split: str, columns: Sequence[str] | None = None) -> pa.Table:

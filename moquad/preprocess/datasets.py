@@ -14,11 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from moquad.errors import setting
 from moquad.preprocess.folder import list_folder
 from moquad.preprocess.listing import LayoutError, Listing, Video
 from moquad.preprocess.official import list_hmdb51, list_k400, list_ssv2, list_ucf101, ssv2_label_name
 
-__all__ = ["DATASETS", "Adapter", "LayoutError", "Listing", "Video", "list_dataset", "list_hmdb51", "list_k400",
+__all__ = ["DATASETS", "Adapter", "LayoutError", "Listing", "Video", "list_dataset", "raw_layout", "list_hmdb51", "list_k400",
            "list_ssv2", "list_ucf101", "list_folder", "ssv2_label_name"]
 
 
@@ -29,21 +30,36 @@ class Adapter:
     lister: Callable[..., Listing]
     layout: str  # what ROOT must hold: shown by `moquad preprocess --help` and when ROOT does not match
     official_splits: tuple[int, ...] = ()  # the dataset's numbered train/test splits (--official-split)
+    marks: tuple[str, ...] = ()  # globs under ROOT that only this dataset's raw layout has (raw_layout)
 
 
+D6 = "[0-9]" * 6  # Kinetics' file names: {youtube_id}_{start:06d}_{end:06d}.<ext>
 DATASETS: dict[str, Adapter] = {
     "k400": Adapter(list_k400, "{train,val,test}.csv (label,youtube_id,time_start,time_end,split) in ROOT or "
                     "ROOT/annotations; videos {youtube_id}_{start:06d}_{end:06d}.<ext> anywhere under ROOT "
-                    "(flat per split or in class folders)"),
+                    "(flat per split or in class folders)",
+                    marks=tuple(f"{d}*_{D6}_{D6}.*" for d in ("", "*/", "*/*/"))),
     "ucf101": Adapter(list_ucf101, "UCF-101/<Class>/*.avi (or the class folders directly in ROOT) and "
-                      "ucfTrainTestlist/{classInd,trainlist0N,testlist0N}.txt", (1, 2, 3)),
+                      "ucfTrainTestlist/{classInd,trainlist0N,testlist0N}.txt", (1, 2, 3),
+                      marks=("ucfTrainTestlist", "*/ucfTrainTestlist", "UCF-101", "*/v_*_g[0-9][0-9]_c[0-9][0-9].*",
+                             "*/*/v_*_g[0-9][0-9]_c[0-9][0-9].*")),
     "hmdb51": Adapter(list_hmdb51, "<class>/*.avi and testTrainMulti_7030_splits/<class>_test_split{N}.txt "
-                      "(1 = train, 2 = test, 0 = unused)", (1, 2, 3)),
+                      "(1 = train, 2 = test, 0 = unused)", (1, 2, 3),
+                      marks=("testTrainMulti_7030_splits", "*/testTrainMulti_7030_splits")),
     "ssv2": Adapter(list_ssv2, "<id>.webm and something-something-v2-{train,validation,test}.json plus "
-                    "something-something-v2-labels.json (in ROOT, labels/ or annotations/)"),
+                    "something-something-v2-labels.json (in ROOT, labels/ or annotations/)",
+                    marks=tuple(f"{d}something-something-v2-labels.json" for d in ("", "*/"))),
     "folder": Adapter(list_folder, "ROOT/<class>/<video> (one split, train, or drawn with --split-ratios), "
                       "ROOT/{train,val,test}/<class>/<video>, or a CSV/TSV file of rows path,label[,split]"),
 }
+
+
+def raw_layout(root: str | Path) -> str | None:
+    """The dataset whose raw layout folder ``root`` has (a row's ``marks``: UCF101's ``ucfTrainTestlist/`` or its
+    ``v_<Class>_gNN_cNN`` videos, HMDB51's ``testTrainMulti_7030_splits/``, ...), so a raw folder given where shards
+    are read names the right ``moquad preprocess`` command; None when no row's marks are there."""
+    root = Path(root)
+    return next((name for name, a in DATASETS.items() if any(next(root.glob(m), None) for m in a.marks)), None)
 
 
 def _listing(dataset: str, root: Path, official_split: int | None) -> Listing:
@@ -51,7 +67,7 @@ def _listing(dataset: str, root: Path, official_split: int | None) -> Listing:
     if not adapter.official_splits:
         return adapter.lister(root)
     if official_split not in adapter.official_splits:
-        given = "none was given" if official_split is None else f"got --official-split {official_split}"
+        given = "none was given" if official_split is None else f"got {setting('official_split', official_split)}"
         raise ValueError(f"{dataset} has official splits {', '.join(map(str, adapter.official_splits))}; {given}")
     return adapter.lister(root, official_split)
 

@@ -23,7 +23,7 @@ import numpy as np
 import xxhash
 
 from moquad.config import PreprocessConfig
-from moquad.errors import MoquadError
+from moquad.errors import MoquadError, setting
 from moquad.preprocess.datasets import Video
 from moquad.preprocess.shardplan import ShardPlan, write_shard
 from moquad.preprocess.transcode import VideoError, transcode
@@ -177,7 +177,9 @@ def shard_task(target: str | None, sp: ShardPlan, remote: str | None, args: tupl
             shutil.rmtree(stage, ignore_errors=True)
 
 
-RAY_MISSING = "--engine ray needs Ray: pip install 'moquad[ray]' (or use --engine local)"
+def ray_missing() -> str:
+    """The one line for the ray engine without Ray installed."""
+    return f"{setting('engine', 'ray')} needs Ray: pip install 'moquad[ray]' (or use {setting('engine', 'local')})"
 
 
 def run_ray(plans: list[ShardPlan], stage: Path, remote: str | None, cfg: PreprocessConfig, args: tuple,
@@ -187,7 +189,7 @@ def run_ray(plans: list[ShardPlan], stage: Path, remote: str | None, cfg: Prepro
     try:
         import ray
     except ImportError:
-        raise MoquadError(RAY_MISSING) from None
+        raise MoquadError(ray_missing()) from None
     if not ray.is_initialized():
         ray.init(address=cfg.ray_address, num_cpus=None if cfg.ray_address else cfg.workers,
                  include_dashboard=False, log_to_driver=False)

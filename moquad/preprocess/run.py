@@ -33,7 +33,7 @@ from moquad.data.store import SCHEMA_VERSION
 from moquad.errors import MoquadError
 from moquad.preprocess import manifest, resume, shardplan, splits
 from moquad.preprocess.datasets import Listing, Video, list_dataset
-from moquad.preprocess.engines import ENGINES, RAY_MISSING
+from moquad.preprocess.engines import ENGINES, ray_missing
 from moquad.preprocess.summary import count, part_summary, print_run, print_summary, shard_bytes
 
 
@@ -61,7 +61,7 @@ def _validate(cfg: PreprocessConfig) -> None:
                          "(choose one with --official-split)")
     splits.check(tuple(cfg.split_ratios) if cfg.split_ratios is not None else None, cfg.group_by)
     if cfg.engine == "ray" and importlib.util.find_spec("ray") is None:  # before anything is written
-        raise MoquadError(RAY_MISSING)
+        raise MoquadError(ray_missing())
 
 
 def list_and_split(cfg: PreprocessConfig) -> tuple[Listing, dict[str, Any]]:
