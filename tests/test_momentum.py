@@ -189,15 +189,18 @@ def _stop_at(at: int):
     return loader
 
 
-@pytest.mark.parametrize("method", ["moco", "moco_moquad"])
-def test_signal_mid_epoch_then_resume_is_bit_identical(tmp_path, method):
-    """EMA weights, queue and pointer are in the checkpoint: a run stopped mid-epoch continues exactly."""
+@pytest.mark.parametrize("method, extra", [("moco", {}), ("moco_moquad", {}),
+                                           ("moco_moquad", {"key_bn": "split", "key_bn_group": 2})],
+                         ids=["moco", "moco_moquad", "moco_moquad-split"])
+def test_signal_mid_epoch_then_resume_is_bit_identical(tmp_path, method, extra):
+    """EMA weights, queue and pointer are in the checkpoint: a run stopped mid-epoch continues exactly (with the
+    SplitBatchNorm of ``key_bn=split`` too: its running statistics are the network's)."""
     full, part = tmp_path / "full", tmp_path / "part"
-    train(_cfg(full, method=method), _video_loader, tensorboard=False, progress=False)
+    train(_cfg(full, method=method, **extra), _video_loader, tensorboard=False, progress=False)
     with pytest.raises(preempt.Preempted):
-        train(_cfg(part, method=method), _stop_at(5), tensorboard=False, progress=False)
+        train(_cfg(part, method=method, **extra), _stop_at(5), tensorboard=False, progress=False)
     assert load(part / "checkpoints" / "last.pt")["step"] == 6  # mid-epoch 1
-    train(_cfg(part, method=method, resume=True), _video_loader, tensorboard=False, progress=False)
+    train(_cfg(part, method=method, resume=True, **extra), _video_loader, tensorboard=False, progress=False)
     a, b = read_log(full / "log.jsonl"), read_log(part / "log.jsonl")
     assert [r["loss"] for r in a] == [r["loss"] for r in b] and len(b) == 12
     sa, sb = load(full / "checkpoints" / "last.pt"), load(part / "checkpoints" / "last.pt")
@@ -410,7 +413,8 @@ def _touched(fn, x: torch.Tensor) -> list[set[int]]:
     return out
 
 
-def test_split_bn_keeps_each_key_out_of_its_querys_statistics():
+@pytest.mark.parametrize("key_bn", ["split", "groups"])
+def test_split_bn_keeps_each_key_out_of_its_querys_statistics(key_bn):
     """``key_bn=split`` (MoCo's SplitBatchNorm): measured by perturbing one video at a time through the real
     forwards, query i's BatchNorm statistics hold the videos of its group of 4 and key i's hold no other video of
     that group: a query never shares statistics with its own key; with ``groups`` every key group lies inside the
@@ -419,23 +423,22 @@ def test_split_bn_keeps_each_key_out_of_its_querys_statistics():
 
     torch.manual_seed(0)
     cfg = PretrainConfig(backbone="tiny", proj_dim=8, proj_hidden=16, queue_size=0, key_bn_group=4)
-    for key_bn, apart in (("split", True), ("groups", False)):
-        model = build_model("tiny", 8, 16)
-        mom = build(METHODS["moco"].configured(dataclasses.replace(cfg, key_bn=key_bn, predictor=False)).momentum,
-                    model, cfg)
-        views = torch.randn(16, 2, 3, 4, 16, 16)
+    apart, model = key_bn == "split", build_model("tiny", 8, 16)
+    mom = build(METHODS["moco"].configured(dataclasses.replace(cfg, key_bn=key_bn, predictor=False)).momentum,
+                model, cfg)
+    views = torch.randn(16, 2, 3, 4, 16, 16)
 
-        def query(x):
-            if apart:
-                set_splits(model, 4)
-            return _project(model, x[:, :1]).detach()
+    def query(x):
+        if apart:
+            set_splits(model, 4)
+        return _project(model, x[:, :1]).detach()
 
-        queries, keys = _touched(query, views), _touched(lambda x: _keys(mom, x[:, 1:]), views)
-        for i in range(16):
-            group = set(range(i // 4 * 4, i // 4 * 4 + 4))
-            assert queries[i] == (group if apart else set(range(16)))
-            assert len(keys[i]) == 4 and i in keys[i]
-            assert (keys[i] & queries[i] == {i}) if apart else keys[i] <= queries[i]
+    queries, keys = _touched(query, views), _touched(lambda x: _keys(mom, x[:, 1:]), views)
+    for i in range(16):
+        group = set(range(i // 4 * 4, i // 4 * 4 + 4))
+        assert queries[i] == (group if apart else set(range(16)))
+        assert len(keys[i]) == 4 and i in keys[i]
+        assert (keys[i] & queries[i] == {i}) if apart else keys[i] <= queries[i]
 
 
 def test_split_bn_needs_as_many_groups_as_videos_per_group(tmp_path):

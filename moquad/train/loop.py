@@ -258,10 +258,10 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
             print(checkpoint.resume_message(run / "checkpoints" / "last.pt", start, spe, cfg.epochs), flush=True)
     # ------------------------------------------------------------ distributed
     core: nn.Module = model
-    sync_bn, why = dist.sync_bn(cfg.sync_bn, model, world, device)
+    sync_bn, why = _sync_bn(cfg, model, momentum, world, device)
     if main and why:
         Console(stderr=True).print(f"pretrain: {why}")
-    if sync_bn and (momentum is None or not momentum.norm.split):  # split: each group's own statistics, on any rank
+    if sync_bn:
         model = core = nn.SyncBatchNorm.convert_sync_batchnorm(model)
         if momentum is not None and momentum.norm.sync:  # groups: each group's own statistics, on any rank
             momentum.encoder = nn.SyncBatchNorm.convert_sync_batchnorm(momentum.encoder)
@@ -279,6 +279,16 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
                 run / "bad_samples.jsonl", momentum, data, losses)
     t.progress, t.task = _progress(main and progress, t.total, start, spe, cfg.batch_size)
     return t
+
+
+def _sync_bn(cfg: PretrainConfig, model: nn.Module, momentum: MomentumEncoder | None, world: int,
+             device: torch.device) -> tuple[bool, str]:
+    """(use SyncBatchNorm?, the line saying so): :func:`moquad.dist.sync_bn`, off under ``--key-bn split``, whose
+    groups keep their own statistics."""
+    sync_bn, why = dist.sync_bn(cfg.sync_bn, model, world, device)
+    if sync_bn and momentum is not None and momentum.norm.split:
+        return False, "SyncBatchNorm off (--key-bn split: each group of videos keeps its own statistics)"
+    return sync_bn, why
 
 
 def _stage_losses(method: Method, device: torch.device) -> dict[str, Callable]:
