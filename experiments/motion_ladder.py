@@ -19,6 +19,9 @@ tables from such a file (``docs/results/*.jsonl``).
     python experiments/motion_ladder.py --out runs/methods --families types directions --seeds 0 \
         --variants random supervised base paper moco moco_moquad moco+ad_pos moco+ad_pos+intra_neg base@b8 \
         paper@b8 moco@b8 moco_moquad@b8                                   # the two bases (docs/guides/methods.md)
+    python experiments/motion_ladder.py --out runs/momentum --families types directions camera --source VIDEOS \
+        --seeds 0 --variants demo-moco_moquad+slot=first demo-moco_moquad+slot=predictor \
+        demo-moco_moquad+slot=split --stop runs/STOP     # the momentum slot's settings; stops once runs/STOP exists
 """
 
 from __future__ import annotations
@@ -54,6 +57,13 @@ SWEPT: list[tuple[str, ...]] = [(name,) for name in SWEEP] + [
     ("predictor", "key_bn=groups", "lars_lr=64"), ("predictor", "key_bn=groups", "m0=0.9"),
     ("predictor", "key_bn=groups", "tau=0.2", "lars_lr=64", "m0=0.9"),
 ]
+
+# the momentum slot's settings compared on every family (docs/guides/methods.md, "Choosing the momentum defaults"),
+# each on top of the demo recipe and its method's row ("demo-M" itself is the rows' defaults: the predictor and the
+# keys' BatchNorm in groups of 4): the first defaults, the predictor alone, and the predictor with MoCo's one-device
+# SplitBatchNorm (queries and keys in groups of 4, each key in another group than its query)
+SLOTS: dict[str, list[str]] = {"first": FIRST_SLOT, "predictor": ["predictor=true", "key_bn=batch"],
+                               "split": ["predictor=true", "key_bn=split"]}
 
 # name -> (method, --set assignments on top of train/cpu_demo.yaml; each names its flip policy and motion ops, so
 # a variant means the same whatever the recipe adopts). "base" is the SimCLR base of the ladder; "paper" MoQuad
@@ -97,6 +107,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # the demo's momentum methods with ONE sweep factor changed on top of their rows' defaults, on the families the
     # sweep did not see ("demo-moco+m0=0.9")
     **{f"demo-{m}+{n}": (m, SWEEP[n]) for m in ("moco", "moco_moquad") for n in ("m0=0.9", "tau=0.2", "lars_lr=64")},
+    # the momentum slot's settings on every family ("demo-moco_moquad+slot=split")
+    **{f"demo-{m}+slot={n}": (m, sets) for m in ("moco", "moco_moquad") for n, sets in SLOTS.items()},
     "base@b8": ("simclr", ["loader.flip=independent", "batch_size=8"]),
     "paper@b8": ("moquad", ["loader.motion_ops=speed", "loader.flip=independent", "batch_size=8"]),
     "moco@b8": ("moco", ["loader.flip=independent", *FIRST_SLOT, "queue_size=128", "batch_size=8"]),
@@ -344,6 +356,7 @@ def main() -> None:
                     help=f"supervised, {', '.join(VARIANTS)}")
     ap.add_argument("--source", default=None, help="folder of real videos for the camera family")
     ap.add_argument("--epochs", type=int, default=None, help="default: the demo recipe's")
+    ap.add_argument("--stop", default=None, metavar="FILE", help="stop before the next run once FILE exists")
     ap.add_argument("--table", action="store_true", help="only print the table of finished runs")
     ap.add_argument("--plot", default=None, help="also draw the finished runs' bars to this PNG")
     ap.add_argument("--per-class", default=None, metavar="FAMILY", help="only print FAMILY's top-1 per class")
@@ -366,6 +379,9 @@ def main() -> None:
                     done = {(r["family"], r["seed"], r["variant"]) for r in load_results(path)}
                     if (family, seed, variant) in done:
                         continue
+                    if args.stop and Path(args.stop).exists():
+                        print(f"{args.stop} exists: stopped before {family} seed {seed} {variant}", flush=True)
+                        return
                     t0 = time.time()
                     run = run_dir(out, family, seed, variant)
                     res = supervised(shards, run, seed) if variant == "supervised" else \

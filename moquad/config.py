@@ -241,8 +241,8 @@ def save(cfg: Any, path: str | Path) -> None:
 # ----------------------------------------------------------------------------- the configs
 
 DEVICES = ("auto", "cpu", "cuda")
-# how a momentum encoder normalises its keys (moquad.train.momentum.MomentumEncoder)
-KEY_BN = ("batch", "groups", "running")
+# how a momentum encoder normalises its keys: the names of moquad.train.momentum.KEY_NORMS
+KEY_BN = ("batch", "groups", "running", "split")
 
 
 @dataclass
@@ -369,8 +369,9 @@ class PretrainConfig:
     predictor: bool | None = rule(None, help="Momentum methods: an MLP predictor on the online projections (none: "
                                   "the method's choice).")
     key_bn: str | None = rule(None, choices=KEY_BN, help="Momentum methods: the BatchNorm statistics of the keys: "
-                              "batch (the whole batch), groups (each key_bn_group videos apart), running (the online "
-                              "network's running statistics); none: the method's choice.")
+                              "batch (the whole batch), groups (each key_bn_group videos apart; queries over the batch), "
+                              "split (queries and keys in groups, each key in another group than its query), running "
+                              "(the online network's running statistics); none: the method's choice.")
     key_bn_group: int = rule(4, ge=2, help="Momentum methods, key_bn groups: videos per BatchNorm group of keys.")
     # None: on when world size > 1 and the backbone has BatchNorm (logged)
     sync_bn: bool | None = rule(None, help="SyncBatchNorm across ranks (none: on with more than one rank and a "

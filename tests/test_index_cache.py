@@ -320,3 +320,42 @@ def test_a_filesystem_without_hard_links_holds_the_index_in_memory(data, tmp_pat
     assert list((tmp_path / "frame-index").iterdir()) == []
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "Operation not permitted" in lines[0], lines
+
+
+@pytest.mark.parametrize("when", ["after mapping", "before mapping"])
+def test_a_prune_between_the_steps_of_a_hit_never_leaves_a_stamp(data, tmp_path, monkeypatch, big, when):
+    """A prune by another node runs between a reader's steps on an entry unused for 30 days. After the mapping: the
+    reader stamped the entry first, so the prune spares it (mapping then stamping let the prune delete it, and the
+    late stamp recreated a ``.used`` file that no prune ever deletes). Before the mapping, with the old stamp read:
+    the entry and its stamp go together and the reader writes the entry anew. No stamp is left without its entry."""
+    monkeypatch.setenv("MOQUAD_CACHE", str(tmp_path))
+    monkeypatch.setenv("MOQUAD_CACHE_DAYS", "1")
+    store.Split(data)
+    (entry,) = (tmp_path / "frame-index").glob("*.npy")
+    month_ago = time.time() - 30 * 86400
+    for p in (entry, entry.with_suffix(".used")):
+        os.utime(p, (month_ago, month_ago))
+    real, calls = index_cache._mapped, []
+
+    def mapped(path):  # the reader's first mapping only
+        if calls.append(path) or len(calls) > 1:
+            return real(path)
+        if when == "before mapping":  # a prune that read the stamp before this reader refreshed it
+            index_cache._remove(path)
+            return real(path)
+        index = real(path)
+        index_cache.prune(path.parent)
+        return index
+
+    monkeypatch.setattr(index_cache, "_mapped", mapped)
+    split = store.Split(data)
+    names = sorted(p.name for p in entry.parent.iterdir())
+    assert names == [entry.name, entry.with_suffix(".used").name]
+    assert time.time() - entry.with_suffix(".used").stat().st_mtime < 600
+    assert [split.frame_offsets(i).tolist() for i in range(len(split))] == _offsets(data)
+
+
+def test_keep_stamps_no_entry_that_is_gone(tmp_path):
+    entry = tmp_path / f"{'1' * 32}-uint32.npy"
+    index_cache.keep(entry)
+    assert list(tmp_path.iterdir()) == []

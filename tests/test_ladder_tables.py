@@ -29,3 +29,31 @@ def test_compare_is_the_mean_and_std_of_per_seed_differences():
 def test_table_means_over_seeds():
     lines = motion_ladder.table(ROWS).splitlines()
     assert "| types | moco | 0,1,2 | 30.0 ± 20.0 | 16.7 ± 5.8 | 33.3 ± 20.8 | – |" in lines
+
+
+def test_the_momentum_slot_variants_train_what_they_name(tmp_path):
+    """``demo-M+slot=NAME``: the demo recipe's run of M with the slot's setting, resolved as the ladder resolves it;
+    ``demo-M`` keeps its row's defaults."""
+    from moquad import config as C
+    from moquad.quickstart import demo_pretrain_config
+
+    want = {"first": (False, "batch"), "predictor": (True, "batch"), "split": (True, "split"), None: (None, None)}
+    for method in ("moco", "moco_moquad"):
+        for slot, (predictor, key_bn) in want.items():
+            name = f"demo-{method}" + (f"+slot={slot}" if slot else "")
+            row, sets = motion_ladder.VARIANTS[name]
+            cfg = demo_pretrain_config(tmp_path, tmp_path / "run", row, None, 0)
+            cfg = C.update(cfg, C.parse_sets(cfg, sets))
+            assert (row, cfg.predictor, cfg.key_bn, cfg.queue_size, cfg.batch_size) == \
+                (method, predictor, key_bn, 128, 16), name
+
+
+def test_the_ladder_stops_before_a_run_once_the_stop_file_exists(tmp_path, monkeypatch, capsys):
+    (tmp_path / "STOP").touch()
+    monkeypatch.setattr(motion_ladder, "family_data", lambda *a: tmp_path / "shards")
+    monkeypatch.setattr(motion_ladder, "run_variant", lambda *a: (_ for _ in ()).throw(AssertionError("ran")))
+    monkeypatch.setattr("sys.argv", ["motion_ladder.py", "--out", str(tmp_path / "out"), "--families", "types",
+                                     "--variants", "demo-moco+slot=split", "--stop", str(tmp_path / "STOP")])
+    motion_ladder.main()
+    assert "exists: stopped before types seed 0 demo-moco+slot=split" in capsys.readouterr().out
+    assert not (tmp_path / "out" / "results.jsonl").exists()

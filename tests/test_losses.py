@@ -40,7 +40,7 @@ def ref_quad(z, names, tau, beta, alpha, anchors, videos=None):
         s_pos = _dot(a, zn[i][pos_v])
         s_intra = [_dot(a, zn[i][k]) for k in intra_v]
         s_inter = [_dot(a, zn[j][s]) for j in range(g) if videos[j] != videos[i] for s in range(v)]
-        k = 0 if beta == 0 else max(1, int(beta * (g - 1) * v))
+        k = 0 if beta == 0 else max(1, int(beta * len(s_inter)))  # over this anchor's unmasked negatives
         order = sorted(range(len(s_inter)), key=lambda t: -s_inter[t].item())
         hard = set(order[:k])
         w_intra = alpha if k else 1.0
@@ -230,5 +230,20 @@ def test_same_video_masked_in_eq3_and_nt_xent():
     torch.testing.assert_close(g_got, g_want, atol=1e-5, rtol=1e-4)
     got, g_got = _grad(lambda x: nt_xent_loss(x.float(), tau=0.1, video=video), z)
     want, g_want = _grad(lambda x: ref_nt_xent(x, 0.1, DUP), z)
+    assert float(got) == pytest.approx(float(want), rel=1e-5)
+    torch.testing.assert_close(g_got, g_want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("names", [QUAD, ("anchor", "pos")])
+def test_eq4_counts_each_anchors_unmasked_negatives(names):
+    """Eq. 4's K on the SimCLR base (and MoQuad on it) is counted per anchor over its unmasked inter negatives:
+    with video 1 twice in a batch of 5, its anchors mine floor(beta * 3 videos' views), the others floor(beta * 4
+    videos' views) (values and gradients against the float64 loop, which counts K the same way per anchor)."""
+    torch.manual_seed(8)
+    z = torch.randn(5, len(names), 8, dtype=torch.float64)
+    video, beta = torch.tensor(DUP), 0.25
+    got, g_got = _grad(lambda x: moquad_loss(x.float(), roles(names), tau=0.1, hard_beta=beta, hard_alpha=2.0,
+                                             video=video), z)
+    want, g_want = _grad(lambda x: ref_quad(x, names, 0.1, beta, 2.0, range(5), DUP)[0], z)
     assert float(got) == pytest.approx(float(want), rel=1e-5)
     torch.testing.assert_close(g_got, g_want, atol=1e-5, rtol=1e-4)

@@ -17,11 +17,17 @@ import torch
 import torch.multiprocessing as mp
 from s3server import free_port
 from test_loop import fake_loader, make_cfg, train
+from torch import nn
 
+from moquad.config import KEY_BN, PretrainConfig
+from moquad.errors import MoquadError
+from moquad.models import build_model
 from moquad.train import preempt
 from moquad.train.checkpoint import load
 from moquad.train.log import read_log
+from moquad.train.loop import _keys, _project
 from moquad.train.losses import momentum_loss
+from moquad.train.methods import METHODS
 from moquad.train.momentum import MomentumEncoder
 
 REPO = Path(__file__).resolve().parent.parent
@@ -183,15 +189,18 @@ def _stop_at(at: int):
     return loader
 
 
-@pytest.mark.parametrize("method", ["moco", "moco_moquad"])
-def test_signal_mid_epoch_then_resume_is_bit_identical(tmp_path, method):
-    """EMA weights, queue and pointer are in the checkpoint: a run stopped mid-epoch continues exactly."""
+@pytest.mark.parametrize("method, extra", [("moco", {}), ("moco_moquad", {}),
+                                           ("moco_moquad", {"key_bn": "split", "key_bn_group": 2})],
+                         ids=["moco", "moco_moquad", "moco_moquad-split"])
+def test_signal_mid_epoch_then_resume_is_bit_identical(tmp_path, method, extra):
+    """EMA weights, queue and pointer are in the checkpoint: a run stopped mid-epoch continues exactly (with the
+    SplitBatchNorm of ``key_bn=split`` too: its running statistics are the network's)."""
     full, part = tmp_path / "full", tmp_path / "part"
-    train(_cfg(full, method=method), _video_loader, tensorboard=False, progress=False)
+    train(_cfg(full, method=method, **extra), _video_loader, tensorboard=False, progress=False)
     with pytest.raises(preempt.Preempted):
-        train(_cfg(part, method=method), _stop_at(5), tensorboard=False, progress=False)
+        train(_cfg(part, method=method, **extra), _stop_at(5), tensorboard=False, progress=False)
     assert load(part / "checkpoints" / "last.pt")["step"] == 6  # mid-epoch 1
-    train(_cfg(part, method=method, resume=True), _video_loader, tensorboard=False, progress=False)
+    train(_cfg(part, method=method, resume=True, **extra), _video_loader, tensorboard=False, progress=False)
     a, b = read_log(full / "log.jsonl"), read_log(part / "log.jsonl")
     assert [r["loss"] for r in a] == [r["loss"] for r in b] and len(b) == 12
     sa, sb = load(full / "checkpoints" / "last.pt"), load(part / "checkpoints" / "last.pt")
@@ -359,11 +368,100 @@ def test_the_start_up_line_says_what_the_momentum_encoder_is():
 
     cfg = PretrainConfig(backbone="tiny", proj_dim=8, proj_hidden=16, queue_size=128)
     model = build_model("tiny", 8, 16)
-    line = describe(build(METHODS["moco"].configured(cfg).momentum, model, cfg))
+    line = describe(build(METHODS["moco"].configured(cfg).momentum, model, cfg), 16)
     assert line.startswith("pretrain: momentum encoder: EMA from m0 0.99, an MLP predictor, keys' BatchNorm in groups "
-                           "of 4 videos, a queue of 128 keys (")
+                           "of 4 videos (queries over the batch), a queue of 128 keys (")
     cfg = dataclasses.replace(cfg, predictor=False, key_bn="batch", queue_size=0)
-    line = describe(build(METHODS["moco"].configured(cfg).momentum, model, cfg))
+    line = describe(build(METHODS["moco"].configured(cfg).momentum, model, cfg), 16)
     assert "no predictor, keys' BatchNorm over the batch, no queue" in line
     with pytest.raises(ValueError, match="key_bn_group"):
         PretrainConfig(key_bn_group=1)
+
+
+def test_groups_as_large_as_the_batch_are_named_the_whole_batch(tmp_path, capsys):
+    """Groups of 4 in a per-rank batch of 4 encode the keys exactly as ``key_bn=batch`` does; the start-up line of
+    the run says so, with the setting that splits the batch."""
+    torch.manual_seed(0)
+    model = build_model("tiny", 8, 16)
+    views = torch.randn(4, 2, 3, 4, 16, 16)
+    grouped, whole = (MomentumEncoder(model, 0.9, 0, 8, key_bn=k, group=g) for k, g in (("groups", 4), ("batch", 0)))
+    assert torch.equal(_keys(grouped, views), _keys(whole, views))
+    train(_cfg(tmp_path / "run", method="moco", steps_per_epoch=1, epochs=1), _video_loader, tensorboard=False,
+          progress=False)
+    out = capsys.readouterr().out
+    assert "keys' BatchNorm over the batch (groups of 4 videos hold the whole per-rank batch of 4; --key-bn-group N " \
+           "below it splits it)" in out
+    assert "in groups of 4 videos" not in out
+
+
+def test_the_key_bn_choices_are_the_rows_of_the_table():
+    from moquad.train.momentum import KEY_NORMS
+
+    assert tuple(KEY_NORMS) == KEY_BN
+
+
+def _touched(fn, x: torch.Tensor) -> list[set[int]]:
+    """For each row i of ``fn(x)`` (B, ...): the rows j of ``x`` whose change moves row i's output (measured)."""
+    base = fn(x)
+    out: list[set[int]] = [set() for _ in range(x.shape[0])]
+    for j in range(x.shape[0]):
+        y = x.clone()
+        y[j] = y[j] * 3.0 + 1.0
+        moved = (fn(y) - base).flatten(1).abs().amax(1) > 1e-5
+        for i in torch.nonzero(moved).flatten().tolist():
+            out[i].add(j)
+    return out
+
+
+@pytest.mark.parametrize("key_bn", ["split", "groups"])
+def test_split_bn_keeps_each_key_out_of_its_querys_statistics(key_bn):
+    """``key_bn=split`` (MoCo's SplitBatchNorm): measured by perturbing one video at a time through the real
+    forwards, query i's BatchNorm statistics hold the videos of its group of 4 and key i's hold no other video of
+    that group: a query never shares statistics with its own key; with ``groups`` every key group lies inside the
+    query's batch."""
+    from moquad.train.momentum import build, set_splits
+
+    torch.manual_seed(0)
+    cfg = PretrainConfig(backbone="tiny", proj_dim=8, proj_hidden=16, queue_size=0, key_bn_group=4)
+    apart, model = key_bn == "split", build_model("tiny", 8, 16)
+    mom = build(METHODS["moco"].configured(dataclasses.replace(cfg, key_bn=key_bn, predictor=False)).momentum,
+                model, cfg)
+    views = torch.randn(16, 2, 3, 4, 16, 16)
+
+    def query(x):
+        if apart:
+            set_splits(model, 4)
+        return _project(model, x[:, :1]).detach()
+
+    queries, keys = _touched(query, views), _touched(lambda x: _keys(mom, x[:, 1:]), views)
+    for i in range(16):
+        group = set(range(i // 4 * 4, i // 4 * 4 + 4))
+        assert queries[i] == (group if apart else set(range(16)))
+        assert len(keys[i]) == 4 and i in keys[i]
+        assert (keys[i] & queries[i] == {i}) if apart else keys[i] <= queries[i]
+
+
+def test_split_bn_needs_as_many_groups_as_videos_per_group(tmp_path):
+    """Groups of 4 in a per-rank batch of 4 leave no other group to move a key to: one error naming the size."""
+    with pytest.raises(MoquadError, match=r"groups of 4 make 1 of the per-rank batch of 4; pass --key-bn-group 2$"):
+        train(_cfg(tmp_path / "run", method="moco", key_bn="split"), _video_loader, tensorboard=False, progress=False)
+
+
+def test_split_bn_trains_and_its_running_statistics_are_the_groups_mean():
+    """A SplitBatchNorm in training normalises each group with its own mean and variance (the per-group formula)
+    and keeps the groups' mean as running statistics; in eval mode it is the network's BatchNorm."""
+    from moquad.train.momentum import set_splits, split_batchnorm
+
+    torch.manual_seed(0)
+    bn = nn.BatchNorm3d(3)
+    x = torch.randn(8, 3, 2, 4, 4, dtype=torch.float64)
+    split_batchnorm(bn).double()
+    set_splits(bn, 2)
+    out = bn(x)
+    for g in range(2):
+        part = x[g * 4:(g + 1) * 4]
+        mean, var = part.mean((0, 2, 3, 4), keepdim=True), part.var((0, 2, 3, 4), unbiased=False, keepdim=True)
+        torch.testing.assert_close(out[g * 4:(g + 1) * 4], (part - mean) / torch.sqrt(var + bn.eps))
+    unbiased = torch.stack([x[g * 4:(g + 1) * 4].var((0, 2, 3, 4)) for g in range(2)]).mean(0)
+    torch.testing.assert_close(bn.running_var, 0.9 + 0.1 * unbiased)
+    assert set(bn.state_dict()) == set(nn.BatchNorm3d(3).state_dict())

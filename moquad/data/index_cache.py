@@ -84,14 +84,18 @@ def entry_of(index: np.ndarray) -> Path | None:
 
 def keep(entry: Path) -> float:
     """Stamp ``entry`` as used now, unless any process did in the last :data:`STAMP_EVERY_S`; the monotonic time at
-    which a reader should call again. A reader that calls it as it reads keeps its entry out of pruning."""
+    which a reader should call again. A reader that calls it as it reads keeps its entry out of pruning. An entry
+    that is gone gets no stamp, nor one that a prune deleted while it was made (no stamp outlives its entry)."""
     stamp = entry.with_suffix(".used")  # a file beside it: touching the entry itself would make every NFS client
     try:  # drop its cached pages of the entry
         if time.time() - stamp.stat().st_mtime > STAMP_EVERY_S:
             os.utime(stamp)
     except FileNotFoundError:
         with contextlib.suppress(OSError):
-            stamp.touch()
+            if entry.exists():
+                stamp.touch()
+                if not entry.exists():  # pruned in between: its stamp goes with it
+                    stamp.unlink()
     except OSError:
         pass  # a read-only cache (filled by an administrator): used, not stamped
     return time.monotonic() + STAMP_EVERY_S
@@ -107,17 +111,23 @@ def _in_memory(index: np.ndarray, reason: str) -> np.ndarray:
 
 
 def _load_cached(path: Path, total: int, dtype: type) -> np.ndarray | str | None:
-    """The cache entry at ``path`` memory-mapped (its use stamped: :func:`keep`); None when there is none; else why
-    it cannot be used (unreadable, damaged, another shape). Any load error is a cache miss."""
+    """The cache entry at ``path`` memory-mapped, its use stamped FIRST (:func:`keep`: a prune from then on spares
+    it) and its presence checked again once mapped (a prune that read the old stamp may have deleted it between);
+    None when there is none; else why it cannot be used (unreadable, damaged, another shape). Any load error is a
+    cache miss."""
+    keep(path)
     try:
         index = _mapped(path)
     except FileNotFoundError:
         return None
     except Exception as e:  # noqa: BLE001 - a cache: whatever fails to load is a miss, never the run's failure
         return f"cannot use {path}: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}"
+    if not path.exists():  # deleted once mapped: a miss, and no stamp left for it
+        with contextlib.suppress(OSError):
+            path.with_suffix(".used").unlink()
+        return None
     if index.shape != (total,) or index.dtype != dtype:
         return f"cannot use {path}: {index.dtype}{list(index.shape)}, expected {np.dtype(dtype)}[{total}]"
-    keep(path)
     return index
 
 

@@ -43,7 +43,7 @@ from moquad.train import checkpoint, preempt
 from moquad.train.log import RunLogger
 from moquad.train.losses import Projections
 from moquad.train.methods import METHODS, Method, Stage, resolve
-from moquad.train.momentum import MomentumEncoder, Online, gather_keys
+from moquad.train.momentum import MomentumEncoder, Online, gather_keys, key_order, set_splits
 from moquad.train.momentum import build as build_momentum
 from moquad.train.momentum import describe as describe_momentum
 from moquad.train.optimizers import make_optimizer, pretrain_optimizer
@@ -96,6 +96,8 @@ def forward_loss(
     if not on or not ky:
         raise ValueError(f"the momentum routing (online {route.online}, keys {route.keys}) needs a query and a key "
                          f"among the views' roles {roles}")
+    if momentum.norm.split:  # SplitBatchNorm: the queries in the keys' groups (MoCo's one-device shuffle-BN)
+        set_splits(model, b // momentum.group)
     keys = _keys(momentum, views[:, ky])
     keys_global = gather_keys(keys)
     queued = momentum.queue.shape[0] > 0
@@ -114,24 +116,39 @@ def forward_loss(
 
 def _momentum(method: Any, model: nn.Module, cfg: PretrainConfig, world: int) -> MomentumEncoder | None:
     """The run's momentum encoder (None: the method has no slot); keys' BatchNorm groups that do not divide the
-    per-rank batch are one start-up error."""
+    per-rank batch, or too few of them to move each key out of its query's group (``split``), are one start-up
+    error."""
     if method.momentum is None:
         return None
     momentum = build_momentum(method.momentum, model, cfg)
-    if momentum.group and (cfg.batch_size // world) % momentum.group:
-        raise MoquadError(f"the keys' BatchNorm groups of {momentum.group} videos (key_bn_group) do not divide the "
-                          f"per-rank batch of {cfg.batch_size // world} (global {cfg.batch_size} over {world} "
+    per_rank, g = cfg.batch_size // world, momentum.group
+    if g and per_rank % g:
+        raise MoquadError(f"the keys' BatchNorm groups of {g} videos (key_bn_group) do not divide the "
+                          f"per-rank batch of {per_rank} (global {cfg.batch_size} over {world} "
                           "processes); pass --key-bn-group N with N at least 2 dividing it, or --key-bn batch")
+    if momentum.norm.split and g * g > per_rank:
+        fit = [n for n in range(2, per_rank) if per_rank % n == 0 and n * n <= per_rank]
+        fix = f"pass --key-bn-group {fit[-1]}" if fit else "use a per-rank batch of 4 or more, or --key-bn batch"
+        raise MoquadError(f"--key-bn split moves each key out of its query's group: it needs at least as many groups "
+                          f"as videos per group, and groups of {g} make {per_rank // g} of the per-rank batch of "
+                          f"{per_rank}; {fix}")
     return momentum
 
 
 def _keys(momentum: MomentumEncoder, views: torch.Tensor) -> torch.Tensor:
-    """The momentum encoder's projections (B, W, D) of ``views`` (B, W, ...): in one forward, or one per group of
-    ``momentum.group`` videos (``key_bn="groups"``: each group's BatchNorm statistics apart)."""
+    """The momentum encoder's projections (B, W, D) of ``views`` (B, W, ...): in one forward, one per group of
+    ``momentum.group`` videos (``groups``: each group's BatchNorm statistics apart), or in one forward of groups
+    with each video moved out of its query's group (``split``: :func:`moquad.train.momentum.key_order`)."""
     step = momentum.group or views.shape[0]
     if views.shape[0] % step:
         raise ValueError(f"key_bn groups of {step} videos do not divide this rank's batch of {views.shape[0]}; set "
                          "key_bn_group to a divisor of the per-rank batch")
+    if momentum.norm.split:
+        where = key_order(views.shape[0], step).to(views.device)
+        moved = torch.empty_like(views)
+        moved[where] = views
+        set_splits(momentum.encoder, views.shape[0] // step)
+        return _project(momentum.encode, moved)[where]
     return torch.cat([_project(momentum.encode, views[i:i + step]) for i in range(0, views.shape[0], step)])
 
 
@@ -236,17 +253,17 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
         report()
         print(optimizer_line, flush=True)
         if momentum is not None:
-            print(describe_momentum(momentum), flush=True)
+            print(describe_momentum(momentum, cfg.batch_size // world), flush=True)
         if cfg.resume:
             print(checkpoint.resume_message(run / "checkpoints" / "last.pt", start, spe, cfg.epochs), flush=True)
     # ------------------------------------------------------------ distributed
     core: nn.Module = model
-    sync_bn, why = dist.sync_bn(cfg.sync_bn, model, world, device)
+    sync_bn, why = _sync_bn(cfg, model, momentum, world, device)
     if main and why:
         Console(stderr=True).print(f"pretrain: {why}")
     if sync_bn:
         model = core = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-        if momentum is not None and momentum.key_bn == "batch":  # groups: each group's own statistics, on any rank
+        if momentum is not None and momentum.norm.sync:  # groups: each group's own statistics, on any rank
             momentum.encoder = nn.SyncBatchNorm.convert_sync_batchnorm(momentum.encoder)
     if predictor is not None:
         model = Online(core, predictor)
@@ -262,6 +279,16 @@ def setup(cfg: PretrainConfig, info: dist.DistInfo, tensorboard: bool, progress:
                 run / "bad_samples.jsonl", momentum, data, losses)
     t.progress, t.task = _progress(main and progress, t.total, start, spe, cfg.batch_size)
     return t
+
+
+def _sync_bn(cfg: PretrainConfig, model: nn.Module, momentum: MomentumEncoder | None, world: int,
+             device: torch.device) -> tuple[bool, str]:
+    """(use SyncBatchNorm?, the line saying so): :func:`moquad.dist.sync_bn`, off under ``--key-bn split``, whose
+    groups keep their own statistics."""
+    sync_bn, why = dist.sync_bn(cfg.sync_bn, model, world, device)
+    if sync_bn and momentum is not None and momentum.norm.split:
+        return False, "SyncBatchNorm off (--key-bn split: each group of videos keeps its own statistics)"
+    return sync_bn, why
 
 
 def _stage_losses(method: Method, device: torch.device) -> dict[str, Callable]:

@@ -28,7 +28,8 @@ Conventions shared by all:
   DDP averages gradients over ranks, so the effective loss is the mean over all global anchors.
 - Inter-video negatives are all V views of every OTHER video of the global batch.
 - Eq. 4: K = max(1, floor(beta * |inter|)) when beta > 0 (floor as in ``int(beta * n)``; at
-  least one so mining stays active on small batches); the K most similar inter negatives and
+  least one so mining stays active on small batches), |inter| counted per anchor over ITS unmasked
+  inter negatives (a repeated video's copies are none); the K most similar inter negatives and
   the intra negatives get weight alpha. beta = 0 gives exactly Eq. 1 (intra weight 1).
 - Each loss also returns the Fig. 4 diagnostic: the mean 1-based rank (1 = most similar) of
   the positive and of the intra negatives among each anchor's candidates
@@ -109,7 +110,7 @@ def _quad(
     s_all = (a @ zg.reshape(g * v, d).T).reshape(b, g, v)
     s_inter = s_all.masked_fill(own[:, :, None], float("-inf")).reshape(b, g * v)
 
-    return _contrast(s_pos, s_intra, s_inter, hard_k((g - 1) * v, hard_beta), tau, hard_alpha)
+    return _contrast(s_pos, s_intra, s_inter, hard_k_per_anchor(s_inter, hard_beta), tau, hard_alpha)
 
 
 def hard_k_per_anchor(s_inter: torch.Tensor, beta: float) -> torch.Tensor:

@@ -176,7 +176,7 @@ LOSSES = "moquad.train.losses"
 MOMENTUM = Momentum(
     online=("anchor",), keys=("positive", "intra_negative"), queue=("positive",),  # MoCo v1/v2: one query, its keys
     predictor=True,  # MoCo v3 / BYOL: an MLP predictor on the online side; the one factor that lifted the features
-    key_bn="groups",  # MoCo v1's shuffle-BN, free of the number of ranks: each group of key_bn_group videos apart
+    key_bn="groups",  # each group of key_bn_group videos apart, queries over the batch (not MoCo's shuffle-BN: split)
 )
 APPEARANCE = Stage("appearance", views.speed_pair, _loss(LOSSES, "speed_pair"), "appearance", kind=WARMUP, params=tau)
 QUADRUPLE = Stage("moquad", views.quadruple, _loss(LOSSES, "quadruple"), "moquad")
