@@ -146,5 +146,5 @@ def test_a_changed_global_batch_is_refused(tmp_path, data):
     cfg = _cfg(data, out, workers=0, resume=False)
     train(cfg.__class__(**{**cfg.__dict__, "epochs": 1}), tensorboard=False, progress=False)
     changed = _cfg(data, out, workers=0, resume=True, batch=2 * GLOBAL)
-    with pytest.raises(MoquadError, match=rf"global batch {GLOBAL}.*now {2 * GLOBAL}.*--batch-size {GLOBAL}"):
+    with pytest.raises(MoquadError, match=rf"global batch {GLOBAL}.*now {2 * GLOBAL}.*batch_size={GLOBAL}"):
         train(changed.__class__(**{**changed.__dict__, "epochs": 1}), tensorboard=False, progress=False)

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from moquad.config import LoaderConfig, PretrainConfig
+from moquad.errors import command_flags
 from moquad.train import loop
 from moquad.train.checkpoint import load, load_model
 from moquad.train.log import read_log
@@ -446,7 +447,11 @@ def test_small_run_advice_fits_the_settings(videos, batch, epochs, want):
     if want is None:
         assert videos // batch * epochs >= loop.MIN_STEPS
         return
-    assert loop.small_run_advice(videos, batch, epochs) == want
+    with command_flags({"epochs": "--epochs", "batch_size": "--batch-size"}):  # as `moquad pretrain` words it
+        assert loop.small_run_advice(videos, batch, epochs) == want
+    # from Python: the config fields
+    assert loop.small_run_advice(videos, batch, epochs) == re.sub(r"--(epochs|batch-size) (\d+)",
+                                                                  lambda m: f"{m[1].replace('-', '_')}={m[2]}", want)
     for b, e in re.findall(r"--batch-size (\d+) \(\d+ steps per epoch\)(?: with --epochs (\d+))?", want):
         assert videos // int(b) * int(e or epochs) >= loop.MIN_STEPS
 
@@ -470,5 +475,5 @@ def test_a_warm_up_as_long_as_the_run_is_said(capsys, warmup, said):
     loop._report(cfg, 280, 17, {})
     out = " ".join(capsys.readouterr().out.split())
     assert ("the learning-rate warm-up (3 epochs) is as long as the run (3): the lr never reaches 16.0; pass "
-            "--lr-warmup-epochs N below 3 (0: none)" in out) is said
+            "lr_warmup_epochs='N' below 3 (0: none)" in out) is said
     assert ("warm-up" in out) is said

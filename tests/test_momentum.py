@@ -353,9 +353,9 @@ def test_a_queue_as_large_as_the_split_gets_a_line():
 
     assert queue_advice(128, 280) is None
     assert queue_advice(4096, 280) == ("the queue of 4096 keys is at least as large as the 280 training videos: it "
-                                       "holds several, mostly stale keys of every video; use --queue-size 128 "
+                                       "holds several, mostly stale keys of every video; use queue_size=128 "
                                        "(about half the split) or fewer")
-    assert "--queue-size 4 " in queue_advice(8, 8)
+    assert "queue_size=4 " in queue_advice(8, 8)
 
 
 def test_the_start_up_line_says_what_the_momentum_encoder_is():
@@ -443,7 +443,7 @@ def test_split_bn_keeps_each_key_out_of_its_querys_statistics(key_bn):
 
 def test_split_bn_needs_as_many_groups_as_videos_per_group(tmp_path):
     """Groups of 4 in a per-rank batch of 4 leave no other group to move a key to: one error naming the size."""
-    with pytest.raises(MoquadError, match=r"groups of 4 make 1 of the per-rank batch of 4; pass --key-bn-group 2$"):
+    with pytest.raises(MoquadError, match=r"groups of 4 make 1 of the per-rank batch of 4; pass key_bn_group=2$"):
         train(_cfg(tmp_path / "run", method="moco", key_bn="split"), _video_loader, tensorboard=False, progress=False)
 
 

@@ -25,7 +25,7 @@ import torch
 
 import moquad
 from moquad.config import PretrainConfig, to_dict
-from moquad.errors import DISK_ERRNOS, MoquadError, free_mb
+from moquad.errors import DISK_ERRNOS, MoquadError, free_mb, setting
 from moquad.io import atomic_write, remove_stale_temps
 from moquad.models import VideoModel, build_model
 from moquad.models.backbones import BACKBONES, DEFAULT_INPUT
@@ -214,7 +214,7 @@ def check_global_batch(saved: dict[str, Any], batch_size: int, path: Path) -> No
     old = saved.get("batch_size")
     if old is not None and old != batch_size:
         raise MoquadError(f"cannot resume {path}: it was trained with global batch {old}, now {batch_size}; the data "
-                          f"order of every step depends on the global batch, so resume with --batch-size {old} (on any "
+                          f"order of every step depends on the global batch, so resume with {setting('batch_size', old)} (on any "
                           "number of processes that divides it; per-rank batch = global / processes) or use a new --out")
 
 

@@ -36,7 +36,7 @@ from moquad.config import PretrainConfig
 from moquad.config import save as save_config
 from moquad.data.pipeline import make_loader
 from moquad.data.workers import end_workers
-from moquad.errors import MoquadError
+from moquad.errors import MoquadError, setting
 from moquad.io import atomic_write_text, remove_stale_temps
 from moquad.models import build_model
 from moquad.train import checkpoint, preempt
@@ -125,11 +125,13 @@ def _momentum(method: Any, model: nn.Module, cfg: PretrainConfig, world: int) ->
     if g and per_rank % g:
         raise MoquadError(f"the keys' BatchNorm groups of {g} videos (key_bn_group) do not divide the "
                           f"per-rank batch of {per_rank} (global {cfg.batch_size} over {world} "
-                          "processes); pass --key-bn-group N with N at least 2 dividing it, or --key-bn batch")
+                          f"processes); pass {setting('key_bn_group', 'N')} with N at least 2 dividing it, or "
+                          f"{setting('key_bn', 'batch')}")
     if momentum.norm.split and g * g > per_rank:
         fit = [n for n in range(2, per_rank) if per_rank % n == 0 and n * n <= per_rank]
-        fix = f"pass --key-bn-group {fit[-1]}" if fit else "use a per-rank batch of 4 or more, or --key-bn batch"
-        raise MoquadError(f"--key-bn split moves each key out of its query's group: it needs at least as many groups "
+        fix = f"pass {setting('key_bn_group', fit[-1])}" if fit else \
+            f"use a per-rank batch of 4 or more, or {setting('key_bn', 'batch')}"
+        raise MoquadError(f"{setting('key_bn', 'split')} moves each key out of its query's group: it needs at least as many groups "
                           f"as videos per group, and groups of {g} make {per_rank // g} of the per-rank batch of "
                           f"{per_rank}; {fix}")
     return momentum
@@ -347,7 +349,7 @@ def _report(cfg: PretrainConfig, videos: int, spe: int, unfit: dict[int, int]) -
                       soft_wrap=True)
     if cfg.lr_warmup_epochs and cfg.lr_warmup_epochs >= cfg.epochs:
         console.print(f"[yellow]warning:[/] the learning-rate warm-up ({cfg.lr_warmup_epochs:g} epochs) is as long as "
-                      f"the run ({cfg.epochs}): the lr never reaches {cfg.lr}; pass --lr-warmup-epochs N below "
+                      f"the run ({cfg.epochs}): the lr never reaches {cfg.lr}; pass {setting('lr_warmup_epochs', 'N')} below "
                       f"{cfg.epochs} (0: none)", highlight=False, soft_wrap=True)
     slot = METHODS[cfg.method].configured(cfg).momentum
     advice = queue_advice(cfg.queue_size, videos) if slot is not None and slot.queue else None
@@ -363,7 +365,7 @@ def queue_advice(queue: int, videos: int) -> str | None:
         return None
     size = 1 << max(0, (videos // 2).bit_length() - 1)
     return (f"the queue of {queue} keys is at least as large as the {videos} training videos: it holds several, "
-            f"mostly stale keys of every video; use --queue-size {size} (about half the split) or fewer")
+            f"mostly stale keys of every video; use {setting('queue_size', size)} (about half the split) or fewer")
 
 
 MIN_STEPS = 50  # fewer optimizer steps than this: the start-up report warns (a contrastive loss barely moves)
@@ -375,12 +377,13 @@ def small_run_advice(videos: int, batch: int, epochs: int) -> str:
     spe = max(1, videos // batch)
     text = f"only {videos // batch * epochs} optimizer steps ({videos} videos in batches of {batch}: {spe} per epoch"
     text += f", {epochs} epochs); " + (f"the split is small for batch {batch}; " if spe <= 2 else "")
-    fix = f"--epochs {-(-MIN_STEPS // spe)}"
+    fix = setting("epochs", -(-MIN_STEPS // spe))
     smaller = [b for b in (256, 128, 64, 32, 16, 8, 4) if b < batch and videos // b > spe]
     if smaller:
         b = next((b for b in smaller if videos // b * epochs >= MIN_STEPS), smaller[-1])  # the largest that reaches it
         more = -(-MIN_STEPS // (videos // b))
-        fix += f", or --batch-size {b} ({videos // b} steps per epoch)" + (f" with --epochs {more}" if more > epochs else "")
+        fix += f", or {setting('batch_size', b)} ({videos // b} steps per epoch)" + \
+            (f" with {setting('epochs', more)}" if more > epochs else "")
     return text + f"for at least {MIN_STEPS} steps use {fix}"
 
 
