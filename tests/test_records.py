@@ -193,3 +193,28 @@ def test_a_command_shows_the_readers_own_clips():
     assert pages.where({"command": "b.py --src ../../shared/data/real-videos", "date": "2026-01-01"}).startswith(
         "*Measured by `b.py --src ~/videos/real` on ")
     assert "shared/data" in (RESULTS / "methods_ladder.jsonl").read_text()  # history, as it ran
+
+
+def test_the_readmes_demo_table_is_the_seeds_record():
+    """The README's demo figures are the record of the demo over three seeds (experiments/synth_evidence.py):
+    each cell the seeds' mean ± sample std, so a user's own `make demo` can be read against a spread, not one run."""
+    import statistics
+
+    rec = json.loads((RESULTS / "synth_evidence.json").read_text())
+    seeds = rec["figures"]["results"]["types"]
+    readme = (ROOT / "README.md").read_text()
+    head = next(line for line in readme.splitlines() if line.startswith("| network") and "seeds" in line)
+    assert f"{len(rec['figures']['seeds'])} seeds" in head
+    rows = {}
+    for line in readme[readme.index(head):].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip().strip("*") for c in line.strip("|").split("|")]
+        rows[cells[0]] = cells[1:]
+    labels = {"random init": "random init", "simclr": "SimCLR base", "moquad": "MoQuad"}
+    for method, label in labels.items():
+        row = next(v for k, v in rows.items() if k.startswith(label))
+        want = [f"{statistics.mean(100 * x for x in seeds[method][m]):.1f} ± "
+                f"{statistics.stdev(100 * x for x in seeds[method][m]):.1f}"
+                for m in ("hit@1", "knn_top1", "linear_top1")]
+        assert row == want, (label, row, want)
