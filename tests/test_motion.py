@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
@@ -206,3 +207,23 @@ def test_pairs_need_labels(tmp_path):
     ckpt = make_checkpoint(tmp_path / "c.pt")
     r = CliRunner().invoke(app, ["motion", str(ckpt), "--data", str(data), "--pair", "Left|Right", "--out", str(tmp_path / "o")])
     assert r.exit_code == 2 and "needs labelled videos" in r.output, r.output
+
+
+@pytest.mark.parametrize("width", [80, 110])
+def test_table_headers_wrap_between_words(width):
+    """Every word of every header stands whole in the printed table at 80 and 110 columns (never ``appearanc|e``)."""
+    from rich.console import Console
+
+    r = {"arrow_of_time_top1": 0.5, "ratio_to_crop": {"reversed": 1.2, "speed2": 0.3, "speed4": 0.5, "mirror": 0.1},
+         "speed_top1": 0.333, "appearance_share": 0.9, "direction_pairs": {"mean": 0.5}}
+    result = {"data": {"videos": 8, "split": "train"}, "protocol": {"frames": 8, "size": 32},
+              "encoders": {"moquad-a-long-run-name": r, "torchvision-r3d_18": r}}
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(M.table(result))
+    lines = console.export_text().splitlines()
+    header = lines[:next(i for i, line in enumerate(lines) if line.startswith("┡"))]
+    words = {w for line in header for cell in line.split("┃") for w in cell.split()}
+    for name in M.COLUMNS:
+        assert set(name.split()) <= words, (name, words)
+    assert max(len(line) for line in lines) <= width
+    assert "33.3%" in lines[-2] + lines[-3] + lines[-4]

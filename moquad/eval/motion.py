@@ -407,29 +407,34 @@ def protocol(frames: int, dilation: int, size: int, seed: int, knn_k: int, short
             "short_videos": short, "short_videos_rule": "shorter than the 4x clip: stretched (clip rule)"}
 
 
-COLUMNS = {  # table column -> (value of one encoder's result, format)
+COLUMNS = {  # table column -> (value of one encoder's result, format); words short enough for 80 columns
     "arrow top-1": (lambda r: r["arrow_of_time_top1"], "{:.1%}"),
-    "reversed / crop": (lambda r: r["ratio_to_crop"]["reversed"], "{:.2f}"),
+    "rev. / crop": (lambda r: r["ratio_to_crop"]["reversed"], "{:.2f}"),
     "speed top-1": (lambda r: r["speed_top1"], "{:.1%}"),
     "2x / crop": (lambda r: r["ratio_to_crop"]["speed2"], "{:.2f}"),
     "4x / crop": (lambda r: r["ratio_to_crop"]["speed4"], "{:.2f}"),
     "mirror / crop": (lambda r: r["ratio_to_crop"]["mirror"], "{:.2f}"),
-    "appearance share": (lambda r: r["appearance_share"], "{:.2f}"),
-    "pair confusion": (lambda r: (r.get("direction_pairs") or {}).get("mean"), "{:.1%}"),
+    "appear. share": (lambda r: r["appearance_share"], "{:.2f}"),
+    "pair conf.": (lambda r: (r.get("direction_pairs") or {}).get("mean"), "{:.1%}"),
 }
 
 
 def table(result: dict[str, Any]) -> Table:
-    """One row per encoder, one column per measure (:data:`COLUMNS`)."""
+    """One row per encoder, one column per measure (:data:`COLUMNS`). A header wraps between its words, never
+    inside one (each column is as wide as its longest word or its widest value)."""
     d, p = result["data"], result["protocol"]
     t = Table(title=f"Motion report: {d['videos']} videos of {d['split']} ({p['frames']} frames, {p['size']} px); "
-                    "chance: arrow 50%, speed 33%, pair confusion 50%; ratios: 1 = as different as another crop")
-    t.add_column("encoder", no_wrap=True)
-    for name in COLUMNS:
-        t.add_column(name, justify="right", max_width=10, overflow="fold")  # wrapped, never cut
-    for label, r in result["encoders"].items():
-        cells = [COLUMNS[c][0](r) for c in COLUMNS]
-        t.add_row(label, *["–" if v is None else COLUMNS[c][1].format(v) for c, v in zip(COLUMNS, cells)])
+                    "chance: arrow 50%, speed 33%, pair confusion 50%; rev.: reversed; appear.: appearance; "
+                    "ratios: 1 = as different as another crop")
+    t.add_column("encoder", overflow="fold")
+    rows = {label: [COLUMNS[c][0](r) for c in COLUMNS] for label, r in result["encoders"].items()}
+    text = {label: ["–" if v is None else COLUMNS[c][1].format(v) for c, v in zip(COLUMNS, cells)]
+            for label, cells in rows.items()}
+    for j, name in enumerate(COLUMNS):
+        widest = max([len(w) for w in name.split()] + [len(cells[j]) for cells in text.values()])
+        t.add_column(name, justify="right", width=widest)  # as narrow as its longest word: room for the labels
+    for label, cells in text.items():
+        t.add_row(label, *cells)
     return t
 
 
