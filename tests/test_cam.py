@@ -56,6 +56,9 @@ def test_cam_strip_from_video_id_and_finetuned_classifier(tmp_path):
     meta = json.loads(png.with_suffix(".json").read_text())
     assert meta["method"] == "projection" and meta["source"]["class_name"] == "Red"
     assert len(meta["source"]["frame_indices"]) == 4 and len(meta["checkpoint"]["sha256"]) == 64
+    from moquad.record import environment
+
+    assert meta["environment"] == json.loads(json.dumps(environment()))  # commit, lock, machine: as every result
 
     # a fine-tuned classifier from this checkpoint in the output folder is picked up by "auto"
     from moquad.eval.common import sha256_file
@@ -105,3 +108,22 @@ def test_strip_has_a_colour_bar_and_source_frame_numbers():
     bars = [ax for ax in fig.axes if ax.get_ylabel() == "activation" and not ax.images]  # the colour bar axis
     assert len(bars) == 1 and bars[0].get_ylim() == (0.0, 1.0)
     plt.close(fig)
+
+
+@pytest.mark.parametrize("kind", ["noise", "no video stream", "truncated"])
+def test_a_file_that_is_not_a_video_is_one_error_line(tmp_path, kind):
+    """``moquad cam`` on a file that is not a readable video: one ``error:`` line naming it, exit code 2."""
+    from test_features import make_checkpoint
+    from test_video_file import bad_videos
+    from typer.testing import CliRunner
+
+    from moquad.cli import app
+
+    video = bad_videos(tmp_path / "videos")[kind]
+    ckpt = make_checkpoint(tmp_path / "c.pt")
+    r = CliRunner().invoke(app, ["cam", str(video), "--checkpoint", str(ckpt), "--out", str(tmp_path / "o.png"),
+                                 "--frames", "4", "--size", "32"], terminal_width=200)
+    errors = [line for line in r.output.splitlines() if line.startswith("error:")]
+    assert r.exit_code == 2 and len(errors) == 1, r.output
+    assert f"{video}: not a readable video" in errors[0] and "re-encode it" in errors[0]
+    assert "Traceback" not in r.output and not (tmp_path / "o.png").exists()

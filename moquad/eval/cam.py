@@ -47,31 +47,30 @@ from moquad.config import EvalConfig, to_dict
 from moquad.data.augment import normalize
 from moquad.data.clip_frames import uniform_clips
 from moquad.data.store import Split
+from moquad.data.video_file import decode_frames
 from moquad.eval.clips import spatial_crops
 from moquad.eval.common import out_dir, sha256_file
 from moquad.io import atomic_write_text
 from moquad.models.backbones import BACKBONES, TokenMap
+from moquad.record import environment
 from moquad.train.checkpoint import load_model
 
 METHODS = ("auto", "classifier", "projection", "norm")
 
 
 def _decode_file(path: Path, short_side: int) -> np.ndarray:
-    """All frames of a raw video (PyAV), each resized so its short side is ``short_side`` -> (T, H, W, 3)."""
-    import av
+    """All frames of a raw video (PyAV), each resized so its short side is at most ``short_side`` -> (T, H, W, 3);
+    a file that is not a readable video: the one-line error (:mod:`moquad.data.video_file`)."""
     from PIL import Image
 
-    frames = []
-    with av.open(str(path), metadata_errors="replace") as container:
-        for frame in container.decode(video=0):  # decode order; never re-sorted by pts
-            img = frame.to_image()
-            scale = short_side / min(img.size)
-            if scale < 1:
-                img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.BILINEAR)
-            frames.append(np.asarray(img.convert("RGB")))
-    if not frames:
-        raise ValueError(f"{path} has no decodable video frames")
-    return np.stack(frames)
+    def convert(frame: Any) -> np.ndarray:
+        img = frame.to_image()
+        scale = short_side / min(img.size)
+        if scale < 1:
+            img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.BILINEAR)
+        return np.asarray(img.convert("RGB"))
+
+    return decode_frames(path, convert)
 
 
 def _find_video(cfg: EvalConfig, video_id: str) -> tuple[Split, int]:
@@ -292,6 +291,7 @@ def cam(video: str, cfg: EvalConfig, out: str | Path, *, method: str = "auto", c
     record = {"task": "cam", "method": method, "source": info, **extra,
               "classifier": str(cls_path) if fc is not None else None, "config": to_dict(cfg),
               "checkpoint": {"path": str(Path(cfg.checkpoint).resolve()), "sha256": ckpt_sha},
-              "clip": f"{cfg.frames} frames, dilation {cfg.dilation}, middle of the video, centre crop {cfg.size}"}
+              "clip": f"{cfg.frames} frames, dilation {cfg.dilation}, middle of the video, centre crop {cfg.size}",
+              "environment": environment()}  # the commit, the lock and the machine, as every result
     atomic_write_text(out.with_suffix(".json"), json.dumps(record, indent=2) + "\n")
     return out
