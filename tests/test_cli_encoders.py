@@ -179,7 +179,7 @@ def test_bad_encoders_are_one_line_each(world, tmp_path, monkeypatch):
     _refused((*base, "--encoder", "hf:facebook/vjepa2-vitl-fpc64-256"), "download it where the hub is reachable "
              "(hf download facebook/vjepa2-vitl-fpc64-256 --local-dir DIR) and pass hf:DIR", out)
     monkeypatch.setitem(sys.modules, "transformers", None)  # not installed
-    _refused((*base, "--encoder", names["hf"]), "install it with pip install 'moquad[hf]'", out)
+    _refused((*base, "--encoder", names["hf"]), "run pip install -e '.[hf]'", out)
 
 
 # ----------------------------------------------------------------------------- every family

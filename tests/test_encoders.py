@@ -340,8 +340,8 @@ def test_bad_hf_names_are_one_line_each(tmp_path, monkeypatch):
               metadata={"format": "pt"})  # a shallower network's weights
     _one_line(f"hf:{folder}", "its weights do not fit VivitModel as its config describes it")
     monkeypatch.setitem(sys.modules, "transformers", None)  # not installed
-    _one_line(f"hf:{folder}", "hf: encoders need the transformers package; install it with pip install "
-                              "'moquad[hf]'")
+    _one_line(f"hf:{folder}", "hf: encoders need the transformers package (moquad's hf extra); in a clone "
+                              "of moquad run pip install -e '.[hf]' (or make setup: every extra from the lock)")
 
 
 def test_moquad_file_not_found_names_every_form(tmp_path):
@@ -375,3 +375,20 @@ def test_unreachable_downloads_are_one_line(monkeypatch):
 def test_a_mistyped_folder_is_not_a_hub_name(tmp_path):
     """``hf:runs/typo`` where ``runs`` is a folder: no such folder (not a download advice for a hub name)."""
     _one_line(f"hf:{tmp_path}/typo", f"hf:{tmp_path}/typo: no such folder in {tmp_path}")
+
+
+def test_no_network_download_says_only_the_error(monkeypatch, tmp_path, capfd):
+    """torchvision's named weights through a proxy that does not answer: the one error line, and nothing before it
+    (torch's own "Downloading:" line is not printed for a download that fails)."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    for var in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")  # the discard port: nothing listens, the connection is refused
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    capfd.readouterr()
+    _one_line("torchvision:r3d_18:KINETICS400_V1", "torchvision:r3d_18:KINETICS400_V1: cannot download "
+              "https://download.pytorch.org/models/r3d_18-b3b3357e.pth (URLError); download it where the network is "
+              "reachable and pass torchvision:r3d_18:FILE.pth")
+    said = capfd.readouterr()
+    assert said.out == "" and said.err == ""  # the error line is all a user sees (moquad.cli prints it)
+    assert not list((tmp_path / "torch").rglob("*.pth"))

@@ -389,10 +389,17 @@ def _torchvision_load(name: str, _config: Any) -> Loaded:
 
 def _download(arch: str, weights: Any) -> Path:
     """torchvision's weights file in torch's hub cache (downloaded once, where the machine reaches it)."""
+    import contextlib
+    import io
+    import sys
+
     from torch.hub import get_dir, load_state_dict_from_url
 
+    said = io.StringIO()  # torch's "Downloading: ..." line: shown once the file is here, never before a failure
     try:
-        load_state_dict_from_url(weights.url, progress=False, check_hash=True)
+        with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+            load_state_dict_from_url(weights.url, progress=False, check_hash=True)
+        sys.stderr.write(said.getvalue())
     except (OSError, RuntimeError) as e:  # no network, a proxy, a truncated file
         raise MoquadError(f"torchvision:{arch}:{weights.name}: cannot download {weights.url} ({type(e).__name__}); "
                           f"download it where the network is reachable and pass torchvision:{arch}:FILE.pth") from e
@@ -428,7 +435,8 @@ def _transformers() -> Any:
     try:
         import transformers
     except ImportError as e:
-        raise MoquadError("hf: encoders need the transformers package; install it with pip install 'moquad[hf]'") from e
+        raise MoquadError("hf: encoders need the transformers package (moquad's hf extra); in a clone of moquad run "
+                          "pip install -e '.[hf]' (or make setup: every extra from the lock)") from e
     return transformers
 
 
