@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from moquad.eval.cam import _pool_input, activation, cam
+from moquad.eval.cam import activation, cam
+from moquad.models.hooks import pool_input
 
 
 def test_classifier_cam_identity_and_projection():
@@ -39,7 +40,7 @@ def test_pool_input_is_the_pre_pool_map():
 
     bb = build_model("tiny", 16, 32).backbone.eval()
     x = torch.randn(1, 3, 4, 32, 32)
-    fmap = _pool_input(bb, x)
+    fmap = pool_input(bb, x)
     torch.testing.assert_close(fmap.mean((2, 3, 4)), bb(x))
 
 
@@ -61,7 +62,7 @@ def test_cam_strip_from_video_id_and_finetuned_classifier(tmp_path):
     assert meta["environment"] == json.loads(json.dumps(environment()))  # commit, lock, machine: as every result
 
     # a fine-tuned classifier from this checkpoint in the output folder is picked up by "auto"
-    from moquad.eval.common import sha256_file
+    from moquad.digest import sha256_file
 
     bb = build_model("tiny", 16, 32).backbone
     fc = nn.Linear(64, 3)

@@ -16,6 +16,7 @@ from test_features import make_tiny_dataset
 from typer.testing import CliRunner
 
 from moquad.data.store import Split
+from moquad.digest import sha256_file
 from moquad.eval import clips, common
 from moquad.eval.encoders import load_encoder
 from moquad.eval.features import read_features
@@ -137,7 +138,7 @@ def test_checkpoint_still_means_a_moquad_checkpoint(world, tmp_path):
     assert r.exit_code == 0, r.output
     meta = read_features(tmp_path / "run" / "eval" / "features" / "test.lance")["metadata"]
     assert meta["protocol"]["frames"] == 4 and "encoder" not in meta["protocol"]
-    assert meta["checkpoint_sha256"] == common.sha256_file(ckpt)
+    assert meta["checkpoint_sha256"] == sha256_file(ckpt)
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -48,12 +48,14 @@ from moquad.data.augment import normalize
 from moquad.data.clip_frames import uniform_clips
 from moquad.data.store import Split
 from moquad.data.video_file import decode_frames
+from moquad.digest import sha256_file
 from moquad.eval.clips import spatial_crops
-from moquad.eval.common import out_dir, sha256_file
+from moquad.eval.common import out_dir
 from moquad.io import atomic_write_text
 from moquad.models.backbones import BACKBONES, TokenMap
+from moquad.models.checkpoint import load_model
+from moquad.models.hooks import pool_input, tensor_of, token_output
 from moquad.record import environment
-from moquad.train.checkpoint import load_model
 
 METHODS = ("auto", "classifier", "projection", "norm")
 
@@ -105,47 +107,14 @@ def load_clip(video: str, cfg: EvalConfig) -> tuple[torch.Tensor, dict[str, Any]
     return spatial_crops(clip, cfg.size, 1)[0], info
 
 
-def _pool_input(backbone: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Run the backbone and return the feature map entering its last global pool (1, C, t, h, w)."""
-    pools = [m for m in backbone.modules() if isinstance(m, nn.AdaptiveAvgPool3d)]
-    if not pools:
-        raise ValueError(f"{type(backbone).__name__} has no AdaptiveAvgPool3d; CAM needs the pre-pool feature map")
-    seen: list[torch.Tensor] = []
-    handle = pools[-1].register_forward_pre_hook(lambda _m, inp: seen.append(inp[0]))
-    try:
-        backbone(x)
-    finally:
-        handle.remove()
-    return seen[-1]
-
-
-def _tensor(out: Any) -> torch.Tensor:
-    """The tensor of a hooked module's output (MViT blocks return ``(tokens, thw)``)."""
-    return out[0] if isinstance(out, tuple) else out
-
-
 def token_cam(backbone: nn.Module, tokens: TokenMap, x: torch.Tensor,
               score: Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, Any]]]) -> tuple[torch.Tensor, dict]:
     """Gradient-weighted tokens of a transformer: ``relu(sum_c A * dS/dA)`` on the (t, h, w) token grid, where A is
     ``tokens.to_map`` of the output of ``tokens.module`` and ``S, info = score(backbone(x))``."""
-    seen: list[Any] = []
-
-    def keep(_m: nn.Module, _i: Any, out: Any) -> Any:
-        t = _tensor(out)
-        if not t.requires_grad:  # frozen weights: the tokens start the graph themselves
-            t = t.detach().requires_grad_()
-            out = (t, *out[1:]) if isinstance(out, tuple) else t
-        seen.append(out)
-        return out
-
-    handle = backbone.get_submodule(tokens.module).register_forward_hook(keep)
-    try:
-        with torch.enable_grad():
-            s, info = score(backbone(x))
-            out = seen[-1]
-            (grad,) = torch.autograd.grad(s, _tensor(out))
-    finally:
-        handle.remove()
+    with torch.enable_grad():
+        y, out = token_output(backbone, tokens, x, grad=True)
+        s, info = score(y)
+        (grad,) = torch.autograd.grad(s, tensor_of(out))
     rest = out[1:] if isinstance(out, tuple) else None
     a = tokens.to_map(out)
     g = tokens.to_map((grad, *rest) if rest is not None else grad)
@@ -181,7 +150,7 @@ def activation_map(model: nn.Module, arch: str, x: torch.Tensor, method: str,
     :func:`activation`, a transformer's gradient-weighted tokens (:func:`token_cam`), as the backbone row says."""
     tokens = BACKBONES[arch].tokens
     if tokens is None:
-        return activation(_pool_input(model.backbone, x), method, head=model.head, fc=fc)
+        return activation(pool_input(model.backbone, x), method, head=model.head, fc=fc)
     return token_cam(model.backbone, tokens, x, _scores(method, model.head, fc))
 
 

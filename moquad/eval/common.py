@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import os
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from torch import nn
 from moquad import dist
 from moquad.config import EvalConfig
 from moquad.data.store import Split
+from moquad.digest import sha256_file
 from moquad.errors import MoquadError
 from moquad.eval.clips import PretrainClip, pretrain_clip
 from moquad.io import atomic_write_bytes
@@ -39,15 +39,6 @@ def dist_env() -> tuple[int, int]:
         info = dist.init("cpu" if not torch.cuda.is_available() else "auto")
         return info.rank, info.world_size
     return 0, 1
-
-
-def sha256_file(path: str | Path) -> str:
-    """sha256 hex digest of a file (the checkpoint's identity in every result).
-
-    Read once per file version: a command asks for it from extraction (each split) and the result's
-    provenance, so the digest is kept, keyed by the file's path, size and modification time."""
-    st = os.stat(path)
-    return _sha256(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
 
 
 def checkpoint_sha256(path: str | Path) -> str:
@@ -92,15 +83,6 @@ def _need_checkpoint(path: str | Path) -> str | Path:
     return path
 
 
-@functools.lru_cache(maxsize=64)
-def _sha256(path: str, size: int, mtime_ns: int, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def checkpoint_facts(path: str | Path) -> dict[str, Any]:
     """``config``, ``step`` and ``epoch`` of a checkpoint, read once per file version (as :func:`sha256_file`)."""
     st = os.stat(_need_checkpoint(path))
@@ -109,7 +91,7 @@ def checkpoint_facts(path: str | Path) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=8)
 def _facts(path: str, size: int, mtime_ns: int) -> dict[str, Any]:
-    from moquad.train.checkpoint import load
+    from moquad.models.checkpoint import load
 
     ckpt = load(path)
     return {"config": ckpt.get("config") or {}, "step": ckpt.get("step"), "epoch": ckpt.get("epoch")}

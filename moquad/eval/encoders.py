@@ -203,7 +203,7 @@ class Encoder(nn.Module):
         """The identity of its weights (what a feature cache and a result record): a moquad file's sha256, as a
         checkpoint's everywhere; else the sha256 of its state dict (names, dtypes, shapes, bytes, in order)."""
         if self.family_name == "moquad" and self.info.get("path") and Path(self.info["path"]).is_file():
-            from moquad.eval.common import sha256_file
+            from moquad.digest import sha256_file
 
             return sha256_file(self.info["path"])
         if self._sha256 is None:
@@ -268,7 +268,7 @@ def _into_backbone(arch: str, sd: dict[str, torch.Tensor], torchvision_names: bo
 def _checkpoint_file(path: Path) -> tuple[nn.Module, dict[str, Any]]:
     """A ``moquad pretrain`` checkpoint (RUN/checkpoints/last.pt): its backbone."""
     from moquad.models.backbones import DEFAULT_INPUT
-    from moquad.train.checkpoint import load_model
+    from moquad.models.checkpoint import load_model
 
     model, ckpt = load_model(path)
     cfg = ckpt["config"]
@@ -306,7 +306,7 @@ def _safetensors_file(path: Path) -> tuple[nn.Module, dict[str, Any]]:
 def _torchvision_file(path: Path, arch: str) -> tuple[nn.Module, dict[str, Any]]:
     """A state dict of ``torchvision.models.video.<arch>`` (with or without its classifier), e.g. torchvision's
     Kinetics weights or ``moquad export --format torchvision``."""
-    from moquad.train.checkpoint import load
+    from moquad.models.checkpoint import load
 
     sd = load(path, require=())
     sd = sd.get("state_dict", sd) if isinstance(sd.get("state_dict"), dict) else sd
@@ -413,19 +413,13 @@ def _trunk_features(enc: Encoder, x: torch.Tensor) -> torch.Tensor:
 def _trunk_tokens(enc: Encoder, x: torch.Tensor) -> torch.Tensor:
     """A moquad trunk's tokens: the token map its backbone row declares (transformers), else the CNN's feature map
     entering its global pool (CAM's reading of both)."""
-    from moquad.eval.cam import _pool_input
     from moquad.models import BACKBONES
+    from moquad.models.hooks import pool_input, token_output
 
     tokens = BACKBONES[enc.info["backbone"]].tokens
     if tokens is None:
-        return _pool_input(enc.net, x)
-    seen: list[Any] = []
-    handle = enc.net.get_submodule(tokens.module).register_forward_hook(lambda _m, _i, out: seen.append(out))
-    try:
-        enc.net(x)
-    finally:
-        handle.remove()
-    return tokens.to_map(seen[-1])
+        return pool_input(enc.net, x)
+    return tokens.to_map(token_output(enc.net, tokens, x)[1])
 
 
 # ----------------------------------------------------------------------------- Hugging Face rows

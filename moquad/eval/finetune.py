@@ -71,7 +71,7 @@ from moquad.eval.report import (
 )
 from moquad.io import atomic_write_bytes
 from moquad.models.backbones import DEFAULT_INPUT
-from moquad.train.checkpoint import load, load_model
+from moquad.models.checkpoint import load, load_model
 from moquad.train.optimizers import make_optimizer
 
 
