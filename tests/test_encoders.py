@@ -18,6 +18,7 @@ from torch import nn
 
 from moquad.errors import MoquadError, user_message
 from moquad.eval import encoders as E
+from moquad.eval.encoders import hf as H
 
 T = pytest.importorskip("transformers")
 
@@ -360,16 +361,16 @@ def test_unreachable_downloads_are_one_line(monkeypatch):
     _one_line("torchvision:r3d_18:KINETICS400_V1", "cannot download https://download.pytorch.org/models/r3d_18-b3b3357e"
               ".pth (OSError); download it where the network is reachable and pass torchvision:r3d_18:FILE.pth")
     monkeypatch.setattr(T.AutoConfig, "from_pretrained", offline)
-    monkeypatch.setattr(E, "_hub_reachable", lambda: True)  # the host resolves, the download fails
+    monkeypatch.setattr(H, "_hub_reachable", lambda: True)  # the host resolves, the download fails
     _one_line("hf:facebook/vjepa2-vitl-fpc64-256", "hf:facebook/vjepa2-vitl-fpc64-256: cannot read its config (network "
               "is unreachable); download it where the hub is reachable (hf download facebook/vjepa2-vitl-fpc64-256 "
               "--local-dir DIR) and pass hf:DIR")
-    monkeypatch.setattr(E, "_hub_reachable", lambda: False)  # no name resolution: no half-minute of retries
+    monkeypatch.setattr(H, "_hub_reachable", lambda: False)  # no name resolution: no half-minute of retries
     _one_line("hf:facebook/vjepa2-vitl-fpc64-256", "hf:facebook/vjepa2-vitl-fpc64-256: the Hugging Face hub is not "
               "reachable from this machine; download it where")
     monkeypatch.undo()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert E._hub_reachable() is False
+    assert H._hub_reachable() is False
 
 
 def test_a_mistyped_folder_is_not_a_hub_name(tmp_path):

@@ -301,7 +301,7 @@ def encoder_clip(enc: Encoder) -> dict[str, Any] | None:
     info: that pre-training clip; another family's: its native clip, :attr:`Encoder.clip`); None when unknown."""
     if enc.info.get("clip") or enc.info.get("loader"):
         return enc.info.get("clip") or config_clip(enc.info)
-    if enc.family_name == "moquad":
+    if not enc.clip.stated:
         return None
     c = enc.clip
     return {"frames": c.frames, "size": c.size, "dilations": None, "from": c.source}
