@@ -162,7 +162,8 @@ def extract_tokens(encoder: Encoder, split: Split, rows: np.ndarray, cfg: EvalCo
 
     device = resolve_device(cfg.device)
     encoder = encoder.to(device).eval()
-    views = TestViews(split, rows, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops)
+    views = TestViews(split, rows, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops,
+                      encoder.framing.short_side(cfg.size))
     loader = torch.utils.data.DataLoader(views, batch_size=None, shuffle=False, num_workers=cfg.workers)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}.npy")
@@ -282,20 +283,20 @@ def attentive(cfg: EvalConfig, *, encoder: Encoder | None = None, json_path: str
     from moquad.eval.common import (
         check_unchanged,
         copy_result,
-        frozen_encoder,
         labelled_splits,
+        need_encoder,
         out_dir,
         record,
         resolve_device,
         result_path,
         snapshot,
+        with_clip,
     )
-    from moquad.eval.encoders import fill_clip
     from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
 
+    encoder = need_encoder(cfg, encoder, "the attentive probe")
     path = result_path(cfg, "attentive.json", overwrite)
-    encoder = encoder or frozen_encoder(cfg.checkpoint)
-    cfg = fill_clip(cfg, encoder)
+    cfg = with_clip(cfg, encoder)
     with torch.inference_mode():  # the token width, before a pass over the data
         width = encoder.tokens(torch.zeros(1, 3, cfg.frames, cfg.size, cfg.size)).shape[1]
     _check_heads(width, cfg.attentive.heads)
@@ -311,10 +312,9 @@ def attentive(cfg: EvalConfig, *, encoder: Encoder | None = None, json_path: str
                         device, show=True)
     probs = predict(clf, tokens[test.split], device=device)
     report = accuracy_report(probs, test.label[labelled(test)], classes)
-    result = provenance(cfg, train, test)
-    result.update(task="attentive", protocol=_protocol(cfg, encoder, tokens[test.split].shape[2]),
-                  encoder=encoder.record(), **report)
-    record(result, cfg)
+    result = provenance(cfg, train, test, encoder)
+    result.update(task="attentive", protocol=_protocol(cfg, encoder, tokens[test.split].shape[2]), **report)
+    record(result, cfg, encoder)
     path = write_result(result, path, [*accuracy_tables("attentive probe", report),
                                        protocol_table("protocol", result)], quiet=quiet)
     copy_result(path, json_path)

@@ -44,16 +44,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from moquad.config import EvalConfig, to_dict
-from moquad.data.augment import normalize
 from moquad.data.clip_frames import uniform_clips
 from moquad.data.store import Split
 from moquad.data.video_file import decode_frames
 from moquad.digest import sha256_file
 from moquad.eval.clips import spatial_crops
-from moquad.eval.common import out_dir
+from moquad.eval.common import eval_folder, need_encoder, with_clip
+from moquad.eval.encoders import Encoder
+from moquad.eval.finetune import load_classifier
 from moquad.io import atomic_write_text
 from moquad.models.backbones import BACKBONES, TokenMap
-from moquad.models.checkpoint import load_model
 from moquad.models.hooks import pool_input, tensor_of, token_output
 from moquad.record import environment
 
@@ -86,11 +86,13 @@ def _find_video(cfg: EvalConfig, video_id: str) -> tuple[Split, int]:
                             f"(searched manifests: {', '.join(manifests) or 'none'})")
 
 
-def load_clip(video: str, cfg: EvalConfig) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The middle clip of ``video`` (file path or video_id in ``cfg.data``) -> uint8 (3, T, S, S), source info."""
+def load_clip(video: str, cfg: EvalConfig, short_side: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The middle clip of ``video`` (file path or video_id in ``cfg.data``) -> uint8 (3, T, S, S), source info;
+    ``short_side``: the encoder's framing (None: the crop size)."""
     path = Path(video)
+    short_side = short_side or cfg.size
     if path.is_file():
-        frames = _decode_file(path, cfg.size)
+        frames = _decode_file(path, short_side)
         idx = uniform_clips(len(frames), cfg.frames, cfg.dilation, 1)[0]
         clip = torch.from_numpy(frames[idx])
         info = {"video": str(path.resolve()), "sha256": sha256_file(path), "num_frames": len(frames)}
@@ -104,7 +106,7 @@ def load_clip(video: str, cfg: EvalConfig) -> tuple[torch.Tensor, dict[str, Any]
                 "data": str(Path(cfg.data).resolve()), "manifest_checksum": split.checksum_value,
                 "num_frames": int(split.num_frames[i])}
     info["frame_indices"] = idx.tolist()
-    return spatial_crops(clip, cfg.size, 1)[0], info
+    return spatial_crops(clip, cfg.size, 1, short_side)[0], info
 
 
 def token_cam(backbone: nn.Module, tokens: TokenMap, x: torch.Tensor,
@@ -144,14 +146,20 @@ def _scores(method: str, head: nn.Module, fc: nn.Linear | None) -> Callable[[tor
     return {"classifier": classifier, "projection": projection, "norm": norm}[method]
 
 
-def activation_map(model: nn.Module, arch: str, x: torch.Tensor, method: str,
-                   fc: nn.Linear | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The (t, h, w) activation of normalised clip ``x`` (1, 3, T, H, W): a CNN's pre-pool map through
-    :func:`activation`, a transformer's gradient-weighted tokens (:func:`token_cam`), as the backbone row says."""
-    tokens = BACKBONES[arch].tokens
+def activation_map(encoder: Encoder, x: torch.Tensor, method: str, fc: nn.Linear | None = None,
+                   backbone: nn.Module | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The (t, h, w) activation of normalised clip ``x`` (1, 3, T, H, W): a moquad or torchvision trunk's pre-pool
+    map through :func:`activation`, or its transformer's gradient-weighted tokens (:func:`token_cam`), as its
+    backbone row says; any other encoder's token grid (:meth:`Encoder.tokens`, as the attentive probe reads it)
+    through :func:`activation`. ``backbone``: a fine-tuned copy of the trunk to use instead (with ``fc``)."""
+    head = encoder.parts["head"]
+    if "backbone" not in encoder.info:  # no trunk of the backbone table: the encoder's own token grid
+        return activation(encoder.tokens(x), method, head=head, fc=fc)
+    trunk = backbone if backbone is not None else encoder.net
+    tokens = BACKBONES[encoder.info["backbone"]].tokens
     if tokens is None:
-        return activation(pool_input(model.backbone, x), method, head=model.head, fc=fc)
-    return token_cam(model.backbone, tokens, x, _scores(method, model.head, fc))
+        return activation(pool_input(trunk, x), method, head=head, fc=fc)
+    return token_cam(trunk, tokens, x, _scores(method, head, fc))
 
 
 def activation(fmap: torch.Tensor, method: str, head: nn.Module | None = None,
@@ -219,48 +227,55 @@ def _strip(clip: torch.Tensor, amap: np.ndarray, path: Path, title: str, shown: 
     plt.close(fig)
 
 
+def _classifier(cfg: EvalConfig, encoder: Encoder, method: str,
+                classifier: str | None) -> tuple[Path | None, Any, list[str] | None]:
+    """The fine-tuned classifier CAM's ``classifier`` method reads: ``classifier``, else ``finetune_model.pt`` of
+    the evaluation folder when it was fine-tuned from this encoder -> (its path, the network, its classes)."""
+    folder = Path(cfg.out) if cfg.out else eval_folder(cfg.checkpoint) if encoder.file is not None else None
+    path = Path(classifier) if classifier else folder / "finetune_model.pt" if folder else None
+    if method not in ("auto", "classifier") or path is None or not path.is_file():
+        return None, None, None
+    net, saved = load_classifier(path)
+    if classifier or saved.get("source_sha256") == encoder.sha256():
+        return path, net, saved["classes"]
+    return None, None, None
+
+
 @torch.no_grad()
 def cam(video: str, cfg: EvalConfig, out: str | Path, *, method: str = "auto", classifier: str | None = None,
-        shown: int = 8) -> Path:
-    """Draw the activation strip of ``video`` -> PNG path (a JSON with the provenance sits beside it)."""
+        shown: int = 8, encoder: Encoder | None = None) -> Path:
+    """Draw the activation strip of ``video`` -> PNG path (a JSON with the provenance sits beside it). ``encoder``:
+    the one the command resolved (default: the one ``cfg.checkpoint`` names: any encoder name)."""
     if method not in METHODS:
         raise ValueError(f"unknown CAM method {method!r}; choose one of {', '.join(METHODS)}")
-    if not cfg.checkpoint or not Path(cfg.checkpoint).is_file():
-        raise FileNotFoundError(f"checkpoint {cfg.checkpoint!r} not found; pass --checkpoint RUN/checkpoints/last.pt")
-    clip, info = load_clip(video, cfg)
-    model, ckpt = load_model(cfg.checkpoint)
-    ckpt_sha = sha256_file(cfg.checkpoint)
-    fc, classes = None, None
-    cls_path = Path(classifier) if classifier else out_dir(cfg) / "finetune_model.pt"
-    if method in ("auto", "classifier") and cls_path.is_file():
-        from moquad.eval.finetune import load_classifier
-
-        net, saved = load_classifier(cls_path)
-        if classifier or saved.get("source_sha256") == ckpt_sha:
-            model.backbone, fc, classes = net.backbone, net.fc, saved["classes"]
+    encoder = need_encoder(cfg, encoder, "cam").to("cpu").eval()
+    cfg = with_clip(cfg, encoder)
+    short = encoder.framing.short_side(cfg.size)
+    clip, info = load_clip(video, cfg, short)
+    cls_path, net, classes = _classifier(cfg, encoder, method, classifier)
     if method == "auto":
-        method = "classifier" if fc is not None else "projection"
-    model.eval()
-    amap, extra = activation_map(model, ckpt["config"]["backbone"], normalize(clip[None], torch.device("cpu")),
-                                 method, fc=fc)
+        method = "classifier" if net is not None else "projection" if encoder.parts["head"] is not None else "norm"
+    amap, extra = activation_map(encoder, encoder.normalize(clip[None], "cpu"), method,
+                                 fc=net.fc if net is not None else None, backbone=net.backbone if net is not None else None)
     amap = F.interpolate(amap[None, None], size=clip.shape[1:], mode="trilinear", align_corners=False)[0, 0]
     amap = (amap - amap.min()) / (amap.max() - amap.min()).clamp_min(1e-12)
     if "pred" in extra and classes:
         extra["pred_class"] = classes[extra["pred"]] if extra["pred"] < len(classes) else str(extra["pred"])
-
     out = Path(out)
     if out.suffix.lower() != ".png":
         name = re.sub(r"[^A-Za-z0-9_-]+", "_", info.get("video_id") or Path(info["video"]).stem)
         out = out / f"cam_{name}.png"
     out.parent.mkdir(parents=True, exist_ok=True)
-    title = f"{info.get('video_id') or Path(info['video']).name} | {method}"
+    title = f"{info.get('video_id') or Path(info['video']).name} | {encoder.label} | {method}"
     if "pred_class" in extra:
         title += f" | pred {extra['pred_class']} ({100 * extra['prob']:.0f}%)"
     _strip(clip, amap.numpy(), out, title, shown, info["frame_indices"])
     record = {"task": "cam", "method": method, "source": info, **extra,
-              "classifier": str(cls_path) if fc is not None else None, "config": to_dict(cfg),
-              "checkpoint": {"path": str(Path(cfg.checkpoint).resolve()), "sha256": ckpt_sha},
-              "clip": f"{cfg.frames} frames, dilation {cfg.dilation}, middle of the video, centre crop {cfg.size}",
+              "classifier": str(cls_path) if net is not None else None, "config": to_dict(cfg),
+              "checkpoint": {"path": str(Path(cfg.checkpoint).resolve()) if Path(cfg.checkpoint).exists() else
+                             cfg.checkpoint, "sha256": encoder.sha256()}, "encoder": encoder.record(),
+              "clip": f"{cfg.frames} frames, dilation {cfg.dilation}, middle of the video, "
+                      f"{encoder.framing.text(cfg.size)}",
               "environment": environment()}  # the commit, the lock and the machine, as every result
     atomic_write_text(out.with_suffix(".json"), json.dumps(record, indent=2) + "\n")
     return out

@@ -4,7 +4,9 @@ Temporal: the clip rule of pre-training (:mod:`moquad.data.clip_frames`): ``num_
 evenly spaced starts (one clip: centred); a video shorter than a clip's span is stretched (never looped
 or clamped). Training clips of the linear probe and fine-tuning start at random.
 
-Spatial: the short side is resized to ``size`` (bilinear, antialiased) and then either the centre
+Spatial: the short side is resized as the encoder's authors frame it (:class:`moquad.eval.encoders.Framing`: V-JEPA 2
+``size * 292 / 256``, torchvision's Kinetics weights ``size * 128 / 112``; a moquad network ``size`` itself;
+bilinear, antialiased) and then either the centre
 ``size x size`` square is taken, or 3 squares along the long side (left/centre/right for landscape,
 top/centre/bottom for portrait), as in SlowFast's 3-crop test. Training: short side ``size * 8 / 7``,
 random square crop, random horizontal flip unless the protocol's ``flip`` is off
@@ -96,9 +98,10 @@ def resize_short(x: torch.Tensor, size: int) -> torch.Tensor:
     return y.permute(1, 0, 2, 3)
 
 
-def spatial_crops(x: torch.Tensor, size: int, crops: int) -> torch.Tensor:
-    """uint8 frames (T, H, W, 3) -> uint8 (crops, 3, T, size, size); see module docstring."""
-    y = resize_short(x, size)
+def spatial_crops(x: torch.Tensor, size: int, crops: int, short_side: int | None = None) -> torch.Tensor:
+    """uint8 frames (T, H, W, 3) -> uint8 (crops, 3, T, size, size): the short side resized to ``short_side`` (the
+    encoder's framing, :meth:`moquad.eval.encoders.Framing.short_side`; None: ``size``), then ``crops`` squares."""
+    y = resize_short(x, short_side or size)
     _, _, h, w = y.shape
     if crops == 1:  # EvalConfig.crops: 1 or 3
         offsets = [((h - size) // 2, (w - size) // 2)]
@@ -121,12 +124,14 @@ def random_crop_flip(x: torch.Tensor, size: int, flip: bool, rng: np.random.Gene
     return y.round_().clamp_(0, 255).to(torch.uint8)
 
 
-def eval_clips(split: Split, i: int, frames: int, dilation: int, num_clips: int, size: int, crops: int) -> torch.Tensor:
-    """All test views of video ``i`` -> uint8 (num_clips * crops, 3, frames, size, size), clip-major."""
+def eval_clips(split: Split, i: int, frames: int, dilation: int, num_clips: int, size: int, crops: int,
+               short_side: int | None = None) -> torch.Tensor:
+    """All test views of video ``i`` -> uint8 (num_clips * crops, 3, frames, size, size), clip-major; the short side
+    resized to ``short_side`` (None: ``size``) before the crops."""
     idx = uniform_clips(int(split.num_frames[i]), frames, dilation, num_clips)
     decoded = torch.from_numpy(split.read_frames(i, idx.reshape(-1)))
     per_clip = decoded.view(num_clips, frames, *decoded.shape[1:])
-    return torch.cat([spatial_crops(c, size, crops) for c in per_clip])
+    return torch.cat([spatial_crops(c, size, crops, short_side) for c in per_clip])
 
 
 def labelled(split: Split) -> np.ndarray:
@@ -154,12 +159,12 @@ class TrainClips(torch.utils.data.Dataset):
 
 
 class TestViews(torch.utils.data.Dataset):
-    """(row, all deterministic test views) of each video of ``rows``."""
+    """(row, all deterministic test views) of each video of ``rows``; ``short_side``: the encoder's framing."""
 
     def __init__(self, split: Split, rows: np.ndarray | list[int], frames: int, dilation: int, num_clips: int,
-                 size: int, crops: int):
+                 size: int, crops: int, short_side: int | None = None):
         self.split, self.rows = split, rows
-        self.args = (frames, dilation, num_clips, size, crops)
+        self.args = (frames, dilation, num_clips, size, crops, short_side)
 
     def __len__(self) -> int:
         return len(self.rows)

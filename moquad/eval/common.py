@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,9 @@ from torch import nn
 from moquad import dist
 from moquad.config import EvalConfig
 from moquad.data.store import Split
-from moquad.digest import sha256_file
 from moquad.errors import MoquadError
 from moquad.eval.clips import PretrainClip, pretrain_clip
+from moquad.eval.encoders import Encoder, fill_clip, load_encoder
 from moquad.io import atomic_write_bytes
 
 CLIP_KEYS = ("frames", "size", "dilation")  # EvalConfig's clip settings: None = the checkpoint's
@@ -41,80 +40,48 @@ def dist_env() -> tuple[int, int]:
     return 0, 1
 
 
-def checkpoint_sha256(path: str | Path) -> str:
-    """:func:`sha256_file` of a checkpoint (another encoder name: :meth:`Encoder.sha256`), with the error a user acts
-    on when it is missing."""
-    if not is_checkpoint(path) and not Path(path).is_file():
-        return frozen_encoder(str(path)).sha256()
-    return sha256_file(_need_checkpoint(path))
-
-
-def is_checkpoint(name: str | Path | None) -> bool:
-    """Whether ``name`` (``EvalConfig.checkpoint``) is a ``moquad pretrain`` checkpoint (or a path meant as one),
-    not another encoder name (an export ``.safetensors``, ``torchvision:ARCH``, ``hf:NAME``)."""
-    from moquad.eval.encoders import parse_spec
-
-    if not name:
-        return False
-    if Path(name).is_file():
-        return Path(name).suffix != ".safetensors"
-    _, scheme, rest = parse_spec(str(name))
-    return scheme == "" and "=" not in str(name) and Path(rest).suffix != ".safetensors"
-
-
-def frozen_encoder(name: str) -> Any:
+def frozen_encoder(name: str) -> Encoder:
     """The frozen :class:`moquad.eval.encoders.Encoder` a name means, loaded once per name and file version (a
-    protocol asks for it when it fills the clip, hashes, extracts): do not train it (fine-tuning loads its own)."""
+    command resolves it once; a library call that resolves it again gets the same one): do not train it
+    (fine-tuning trains a copy, :meth:`Encoder.trainable`)."""
     path = Path(name if Path(name).exists() else name.rpartition(":")[2])
     files = sorted(f for f in path.iterdir() if f.is_file()) if path.is_dir() else [path] if path.is_file() else []
     return _encoder(name, tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
 
 
 @functools.lru_cache(maxsize=2)
-def _encoder(name: str, _stamp: Any) -> Any:
-    from moquad.eval.encoders import load_encoder
-
+def _encoder(name: str, _stamp: Any) -> Encoder:
     return load_encoder(name)
 
 
-def _need_checkpoint(path: str | Path) -> str | Path:
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"checkpoint {path} not found; pass --checkpoint RUN/checkpoints/last.pt")
-    return path
+def encoder_of(cfg: EvalConfig, encoder: Encoder | None = None) -> Encoder | None:
+    """The encoder a protocol evaluates: ``encoder`` when its command resolved it, else the one ``cfg.checkpoint``
+    names (:func:`frozen_encoder`); None without a name (fine-tuning from random init)."""
+    if encoder is not None or not cfg.checkpoint:
+        return encoder
+    return frozen_encoder(cfg.checkpoint)
 
 
-def checkpoint_facts(path: str | Path) -> dict[str, Any]:
-    """``config``, ``step`` and ``epoch`` of a checkpoint, read once per file version (as :func:`sha256_file`)."""
-    st = os.stat(_need_checkpoint(path))
-    return _facts(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+def need_encoder(cfg: EvalConfig, encoder: Encoder | None, task: str) -> Encoder:
+    """:func:`encoder_of`, or the one-line error of a protocol that has no encoder to evaluate."""
+    found = encoder_of(cfg, encoder)
+    if found is None:
+        raise MoquadError(f"{task} needs an encoder; pass --encoder RUN/checkpoints/last.pt (or another encoder name)")
+    return found
 
 
-@functools.lru_cache(maxsize=8)
-def _facts(path: str, size: int, mtime_ns: int) -> dict[str, Any]:
-    from moquad.models.checkpoint import load
-
-    ckpt = load(path)
-    return {"config": ckpt.get("config") or {}, "step": ckpt.get("step"), "epoch": ckpt.get("epoch")}
-
-
-def trained_clip(cfg: EvalConfig) -> PretrainClip | None:
-    """The pre-training clip of ``cfg.checkpoint`` (:func:`moquad.eval.clips.pretrain_clip`); None without one, or
-    when it names another encoder."""
-    return pretrain_clip(checkpoint_facts(cfg.checkpoint)["config"]) if is_checkpoint(cfg.checkpoint) else None
-
-
-def with_clip(cfg: EvalConfig, *, warn: bool = False) -> EvalConfig:
-    """``cfg`` with each clip setting left unset (None) taken from the checkpoint's pre-training clip (none: the
-    paper's 16 x 224 at dilation 2; the dilation: :attr:`PretrainClip.dilation`). ``warn``: one ``warning:`` line on stderr when a setting given by a flag or
-    a recipe differs from the pre-training clip, naming both and who set it (the commands warn, once)."""
-    if cfg.checkpoint and not is_checkpoint(cfg.checkpoint):  # another encoder: its native clip, or the refusal
-        from moquad.eval.encoders import fill_clip
-
-        return fill_clip(cfg, frozen_encoder(cfg.checkpoint))
-    trained = trained_clip(cfg)
-    clip = trained or pretrain_clip(None)
-    filled = dataclasses.replace(cfg, **{k: getattr(clip, k) for k in CLIP_KEYS if getattr(cfg, k) is None})
-    line = clip_warning(filled, trained, cfg.recipe) if warn and trained else None
+def with_clip(cfg: EvalConfig, encoder: Encoder | None = None, *, warn: bool = False) -> EvalConfig:
+    """``cfg`` with each clip setting left unset (None) taken from the encoder's clip (a moquad checkpoint's: its
+    pre-training clip; another's: its native clip; none: the paper's 16 x 224 at dilation 2), and the one-line
+    error when the encoder cannot take the result. ``warn``: one ``warning:`` line on stderr when a setting given
+    by a flag or a recipe differs from the clip a checkpoint was pre-trained at, naming both and who set it (the
+    commands warn, once). ``encoder``: the one the command resolved (default: the one ``cfg.checkpoint`` names)."""
+    encoder = encoder_of(cfg, encoder)
+    if encoder is None:
+        clip = pretrain_clip(None)
+        return dataclasses.replace(cfg, **{k: getattr(clip, k) for k in CLIP_KEYS if getattr(cfg, k) is None})
+    filled = fill_clip(cfg, encoder)
+    line = clip_warning(filled, encoder.pretrained, cfg.recipe) if warn and encoder.pretrained else None
     if line and dist.env_ranks()[0] == 0:  # one line, not one per rank under torchrun
         print(line, file=sys.stderr, flush=True)
     return filled
@@ -156,11 +123,12 @@ def _recipe_values(recipe: str | None) -> dict[str, Any]:
         return {}
 
 
-def clip_record(cfg: EvalConfig) -> dict[str, Any]:
-    """What a result records of its clip and test views, and of the clip the encoder was pre-trained at."""
-    trained = trained_clip(cfg)
+def clip_record(cfg: EvalConfig, encoder: Encoder | None) -> dict[str, Any]:
+    """What a result records of its clip, framing and test views, and of the clip the encoder was pre-trained at."""
+    trained = encoder.pretrained if encoder is not None else None
+    framing = encoder.framing.short_side(cfg.size) if encoder is not None else cfg.size
     return {
-        "clip": {"frames": cfg.frames, "size": cfg.size, "dilation": cfg.dilation,
+        "clip": {"frames": cfg.frames, "size": cfg.size, "dilation": cfg.dilation, "short_side": framing,
                  "model_input": trained.model_input if trained else pretrain_clip(None).model_input,
                  "pretrained": dataclasses.asdict(trained) if trained else None,
                  "matches_pretraining": None if trained is None else clip_warning(cfg, trained) is None},
@@ -168,22 +136,24 @@ def clip_record(cfg: EvalConfig) -> dict[str, Any]:
     }
 
 
-def record(result: dict[str, Any], cfg: EvalConfig) -> dict[str, Any]:
-    """Add to ``result`` (from :func:`moquad.eval.report.provenance`) the clip, test views, checkpoint step and
-    epoch, and the same in its ``protocol`` (the rows of the text table)."""
-    rec = clip_record(cfg)
+def record(result: dict[str, Any], cfg: EvalConfig, encoder: Encoder | None) -> dict[str, Any]:
+    """Add to ``result`` (from :func:`moquad.eval.report.provenance`) the clip, framing, test views, the encoder
+    (family, clip, framing, normalisation; a checkpoint's step and epoch), and the same in its ``protocol`` (the
+    rows of the text table)."""
+    rec = clip_record(cfg, encoder)
     result.update(rec)
-    if cfg.checkpoint and not is_checkpoint(cfg.checkpoint):
-        result.setdefault("encoder", frozen_encoder(cfg.checkpoint).record())
-    elif result.get("checkpoint") and cfg.checkpoint:
-        facts = checkpoint_facts(cfg.checkpoint)
-        result["checkpoint"].update(step=facts["step"], epoch=facts["epoch"])
+    if encoder is not None:
+        result.setdefault("encoder", encoder.record())
+        if result.get("checkpoint") and encoder.pretrained is not None:
+            result["checkpoint"].update(step=encoder.info.get("step"), epoch=encoder.info.get("epoch"))
     clip, trained = rec["clip"], rec["clip"]["pretrained"]
     rows = {"clip": f"{clip['frames']} frames x {clip['size']} px, dilation {clip['dilation']}, input "
                     f"{clip['model_input']}" + ("" if trained is None else
                     f"; pre-trained at {trained['frames']} x {trained['size']}, dilations "
                     f"{','.join(map(str, trained['dilations']))}" + ("" if clip["matches_pretraining"] else
                                                                      " (DIFFERENT)")),
+            "framing": f"short side {clip['short_side']}, centre crop {clip['size']}"
+                       + (f" ({encoder.framing.source})" if encoder is not None else ""),
             "test views": f"{cfg.num_clips} clip{'s' * (cfg.num_clips != 1)} x {cfg.crops} "
                           f"crop{'s' * (cfg.crops != 1)} per video"}
     if result.get("checkpoint") and result["checkpoint"].get("step") is not None:  # a moquad checkpoint's
@@ -220,7 +190,7 @@ def out_dir(cfg: EvalConfig) -> Path:
         return Path(cfg.out)
     if not cfg.checkpoint:
         raise MoquadError("no checkpoint to put the results beside; pass --out DIR")
-    if not is_checkpoint(cfg.checkpoint) and not Path(cfg.checkpoint).is_file():
+    if not Path(cfg.checkpoint).is_file():  # torchvision:ARCH, hf:NAME: no file, so no run folder
         raise MoquadError(f"encoder {cfg.checkpoint} has no run folder to put the results beside; pass --out DIR")
     return eval_folder(cfg.checkpoint)
 

@@ -35,14 +35,15 @@ from moquad.eval.clips import TestViews, TrainClips, labelled
 from moquad.eval.common import (
     check_unchanged,
     copy_result,
-    frozen_encoder,
     labelled_splits,
+    need_encoder,
     record,
     resolve_device,
     result_path,
     snapshot,
     with_clip,
 )
+from moquad.eval.encoders import Encoder
 from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
 from moquad.train.optimizers import make_optimizer
 from moquad.train.schedule import lr_schedule
@@ -69,12 +70,13 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, num_classes: int, weight_decay: f
     return clf.cpu()
 
 
-def _fast(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tuple[dict[str, Any], dict[str, Any]]:
+def _fast(cfg: EvalConfig, encoder: Encoder, classes: list[str], train: Split,
+          test: Split) -> tuple[dict[str, Any], dict[str, Any]]:
     # imported here: Lance is not fork-safe, and the full protocol (--full) forks DataLoader workers
     from moquad.eval.features import extract, read_features
 
-    tr = read_features(extract(cfg, train.split))
-    te = read_features(extract(cfg, test.split))
+    tr = read_features(extract(cfg, train.split, encoder=encoder))
+    te = read_features(extract(cfg, test.split, encoder=encoder))
     keep_tr, keep_te = tr["label"] >= 0, te["label"] >= 0
     xtr, ytr = tr["embedding"][keep_tr].astype(np.float64), tr["label"][keep_tr]
     mean, std = xtr.mean(0), xtr.std(0) + 1e-6
@@ -91,11 +93,12 @@ def _fast(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tup
 
 @torch.no_grad()
 def predict_views(net: nn.Module, cfg: EvalConfig, split: Split, rows: np.ndarray | list[int], device: torch.device,
-                  show: bool = True, norm: Callable[[torch.Tensor, Any], torch.Tensor] = normalize) -> np.ndarray:
+                  show: bool = True, norm: Callable[[torch.Tensor, Any], torch.Tensor] = normalize,
+                  short_side: int | None = None) -> np.ndarray:
     """Softmax averaged over every test view of each video of ``rows`` -> (videos, classes); ``norm``: uint8 clips ->
-    the network's input (an encoder's :meth:`Encoder.normalize`)."""
+    the network's input (an encoder's :meth:`Encoder.normalize`); ``short_side``: its framing (None: the crop)."""
     net.eval()
-    views = TestViews(split, rows, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops)
+    views = TestViews(split, rows, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops, short_side)
     loader = torch.utils.data.DataLoader(views, batch_size=None, num_workers=cfg.workers)
     out = []
     with Progress(disable=not show, transient=True) as progress:
@@ -114,11 +117,12 @@ def cosine(base: float, total: int) -> list[float]:
     return lr_schedule(base, 256, max(1, total), 0).tolist()
 
 
-def _cvrl(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tuple[dict[str, Any], dict[str, Any]]:
+def _cvrl(cfg: EvalConfig, encoder: Encoder, classes: list[str], train: Split,
+          test: Split) -> tuple[dict[str, Any], dict[str, Any]]:
     lc = cfg.linear
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
-    backbone = frozen_encoder(cfg.checkpoint).to(device).eval()
+    backbone = encoder.to(device).eval()
     before = snapshot(backbone)
     train_rows, test_rows = labelled(train), labelled(test)
     n_cls = max(len(classes), int(train.label.max()) + 1)
@@ -145,7 +149,8 @@ def _cvrl(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tup
                 opt.step()
                 step += 1
                 progress.advance(task)
-    probs = predict_views(nn.Sequential(backbone, clf), cfg, test, test_rows, device, norm=backbone.normalize)
+    probs = predict_views(nn.Sequential(backbone, clf), cfg, test, test_rows, device, norm=backbone.normalize,
+                          short_side=backbone.framing.short_side(cfg.size))
     check_unchanged(backbone, before)
     labels = test.label[test_rows]
     proto = {"variant": "cvrl: linear layer on the frozen backbone", "train_clip": f"{cfg.frames} frames, dilation {cfg.dilation}, "
@@ -157,21 +162,23 @@ def _cvrl(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tup
 
 
 def linear(cfg: EvalConfig, fast: bool = True, *, json_path: str | Path | None = None, quiet: bool = False,
-           overwrite: bool = False) -> dict[str, Any]:
+           overwrite: bool = False, encoder: Encoder | None = None) -> dict[str, Any]:
     """Linear probe (``fast`` on cached features, else the CVRL protocol) trained on ``cfg.train_split``, tested on
     ``cfg.test_split``; returns the result (``result["json"]``: where it was written).
 
     Writes ``linear_fast.json`` (``linear_cvrl.json``) and its text table to the evaluation folder (``cfg.out``,
     else ``RUN/eval`` beside the checkpoint), and a copy of the JSON to ``json_path`` when given. A result
-    already there (``moquad linear``'s, say) is an error unless ``overwrite``. ``quiet``: print no table."""
+    already there (``moquad linear``'s, say) is an error unless ``overwrite``. ``quiet``: print no table.
+    ``encoder``: the one the command resolved (default: the one ``cfg.checkpoint`` names)."""
     name = "linear_fast" if fast else "linear_cvrl"
+    encoder = need_encoder(cfg, encoder, "the linear probe")
     path = result_path(cfg, f"{name}.json", overwrite)
-    cfg = with_clip(cfg)
+    cfg = with_clip(cfg, encoder)
     train, test = labelled_splits(cfg, "the linear probe")
-    report, proto = (_fast if fast else _cvrl)(cfg, store.classes(cfg.data), train, test)
-    result = provenance(cfg, train, test)
+    report, proto = (_fast if fast else _cvrl)(cfg, encoder, store.classes(cfg.data), train, test)
+    result = provenance(cfg, train, test, encoder)
     result.update(task="linear", protocol=proto, **report)
-    record(result, cfg)
+    record(result, cfg, encoder)
     path = write_result(result, path, [*accuracy_tables(f"linear probe ({name})", report),
                                        protocol_table("protocol", result)], quiet=quiet)
     copy_result(path, json_path)

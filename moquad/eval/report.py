@@ -19,20 +19,20 @@ from rich.table import Table
 
 from moquad.config import EvalConfig, to_dict
 from moquad.data.store import Split
-from moquad.eval.common import checkpoint_sha256
+from moquad.eval.encoders import Encoder
 from moquad.io import atomic_write_text
 from moquad.record import environment
 
 
-def provenance(cfg: EvalConfig, train: Split, test: Split) -> dict[str, Any]:
-    """The record every result carries: full eval config, the splits it trained and tested on, checkpoint hash,
-    manifest checksums."""
+def provenance(cfg: EvalConfig, train: Split, test: Split, encoder: Encoder | None) -> dict[str, Any]:
+    """The record every result carries: full eval config, the splits it trained and tested on, the encoder's name and
+    sha256 (a checkpoint's: of its file), manifest checksums."""
     return {
         "config": to_dict(cfg),
         "splits": {"train": train.split, "test": test.split},
         "checkpoint": ({"path": str(Path(cfg.checkpoint).resolve()) if Path(cfg.checkpoint).exists() else
-                        cfg.checkpoint, "sha256": checkpoint_sha256(cfg.checkpoint)}  # an encoder: its name
-                       if cfg.checkpoint else None),  # None: fine-tuned from random init with no checkpoint
+                        cfg.checkpoint, "sha256": encoder.sha256()}  # an encoder: its name
+                       if encoder is not None else None),  # None: fine-tuned from random init with no checkpoint
         "data": {
             "dir": str(Path(cfg.data).resolve()),
             "manifests": {s.split: {"videos": len(s), "checksum": s.checksum_value} for s in (train, test)},

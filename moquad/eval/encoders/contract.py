@@ -108,6 +108,7 @@ class Loaded:
     framing: Framing | None = None  # None: the crop itself
     file: Path | None = None
     pretrained: Any = None  # a moquad checkpoint's pre-training clip (moquad.eval.clips.PretrainClip)
+    config: dict[str, Any] | None = None  # a moquad checkpoint's pre-training config
     head: nn.Module | None = None
 
 
@@ -125,6 +126,7 @@ class Family:
     pooling: str  # the pooled feature, and whose convention it is
     model_types: tuple[str, ...] = ()  # hf: the config model_types of the row
     optimizer: Callable[[Encoder], str] = lambda enc: "adamw"  # fine-tuning's default (a row of the optimizer table)
+    trainable: Callable[[Encoder], nn.Module] | None = None  # fine-tuning's network; None: a copy of the encoder
 
 
 class Encoder(nn.Module):
@@ -137,9 +139,17 @@ class Encoder(nn.Module):
         self.net = loaded.net
         self.clip, self.norm, self.out_dim, self.info = loaded.clip, loaded.norm, loaded.dim, loaded.info
         self.framing = loaded.framing or crop_framing(loaded.clip.size, "the crop itself")
-        self.file, self.pretrained = loaded.file, loaded.pretrained
+        self.file, self.pretrained, self.config = loaded.file, loaded.pretrained, loaded.config
         self.parts = {"head": loaded.head}  # not a submodule: the encoder's weights are ``net``'s
         self._sha256: str | None = None
+
+    def trainable(self) -> nn.Module:
+        """A trainable copy for fine-tuning (the frozen encoder stays as loaded): its row's network (a moquad or
+        torchvision trunk), else the whole encoder; either maps normalised clips to (N, D) pooled features."""
+        import copy
+
+        net = self.family.trainable(self) if self.family.trainable else copy.deepcopy(self)
+        return net.requires_grad_(True).train()
 
     def normalize(self, x: torch.Tensor, device: torch.device | str) -> torch.Tensor:
         """uint8 clips (..., 3, T, H, W) -> the encoder's input on ``device`` (:class:`Norm`)."""

@@ -75,7 +75,7 @@ def _checkpoint_file(path: Path) -> tuple[nn.Module, dict[str, Any]]:
     return model.backbone, {"backbone": cfg["backbone"], "method": cfg.get("method"), "epoch": ckpt.get("epoch"),
                             "step": ckpt.get("step"), "model_input": cfg.get("model_input", DEFAULT_INPUT),
                             "loader": cfg.get("loader") or {}, "clip": config_clip(cfg), "config": cfg,
-                            "head": model.head}
+                            "head": model.head.eval()}
 
 
 def _safetensors_file(path: Path) -> tuple[nn.Module, dict[str, Any]]:
@@ -142,7 +142,7 @@ def _moquad_load(name: str, _config: Any) -> Loaded:
     clip = Clip(pc.frames, pc.size, pc.dilation, source="the clip it was pre-trained at (moquad.eval.clips)")
     return Loaded(net, clip, _moquad_norm(), BACKBONES[info["backbone"]].dim, {"path": str(path.resolve()), **info},
                   framing=_moquad_framing(pc.size), file=path.resolve(),
-                  pretrained=pretrain_clip(config) if checkpoint else None, head=head)
+                  pretrained=pretrain_clip(config) if checkpoint else None, config=config, head=head)
 
 
 def _weights_enum(arch: str) -> Any:
@@ -236,6 +236,13 @@ def _trunk_tokens(enc: Encoder, x: torch.Tensor) -> torch.Tensor:
     return tokens.to_map(token_output(enc.net, tokens, x)[1])
 
 
+def _trunk_copy(enc: Encoder) -> nn.Module:
+    """A trainable copy of the trunk (fine-tuning; a classifier saved from it loads into the same backbone)."""
+    import copy
+
+    return copy.deepcopy(enc.net)
+
+
 def _backbone_optimizer(enc: Encoder) -> str:
     """Fine-tuning's default optimizer: the backbone row's (lars for the CNNs, adamw_vit for the transformers)."""
     from moquad.models import BACKBONES
@@ -245,8 +252,9 @@ def _backbone_optimizer(enc: Encoder) -> str:
 
 MOQUAD = Family("a moquad checkpoint or export", "", _moquad_load, _trunk_features, _trunk_tokens,
                 "the backbone's pooled feature before the projection head (global average pool; MViT: its class "
-                "token), as every moquad protocol reads it", optimizer=_backbone_optimizer)
+                "token), as every moquad protocol reads it", optimizer=_backbone_optimizer, trainable=_trunk_copy)
 TORCHVISION = Family("a torchvision video model", "torchvision", _torchvision_load, _trunk_features, _trunk_tokens,
                      "the network's input to its classifier (global average pool; MViT: the class token after its "
-                     "final LayerNorm), torchvision's own pooling", optimizer=_backbone_optimizer)
+                     "final LayerNorm), torchvision's own pooling", optimizer=_backbone_optimizer,
+                     trainable=_trunk_copy)
 LOCAL_FAMILIES = {"moquad": MOQUAD, "torchvision": TORCHVISION}
