@@ -9,6 +9,8 @@ pixel, and float32 layers carry it to ~1e-6; both sides run in this process.
 
 from __future__ import annotations
 
+import dataclasses
+
 import sys
 
 import pytest
@@ -393,3 +395,87 @@ def test_no_network_download_says_only_the_error(monkeypatch, tmp_path, capfd):
     said = capfd.readouterr()
     assert said.out == "" and said.err == ""  # the error line is all a user sees (moquad.cli prints it)
     assert not list((tmp_path / "torch").rglob("*.pth"))
+
+
+# ----------------------------------------------------------------------------- framing: as the authors frame it
+
+# family -> (short side, centre crop) of its processor's defaults (the library's: V-JEPA 2 crop x 256 / 224 first)
+AUTHORS = {"vjepa2": (292, 256), "videomae": (224, 224), "timesformer": (224, 224), "vivit": (256, 224),
+           "xclip": (224, 224)}
+
+
+def _scene(h: int = 360, w: int = 480, frames: int = 2) -> torch.Tensor:
+    """uint8 frames (T, H, W, 3) of a smooth scene with detail at every scale (a change of field of view shows)."""
+    y, x = torch.meshgrid(torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64), indexing="ij")
+    chans = [127.5 + 60 * torch.sin(x / (9 + 4 * c)) * torch.cos(y / (13 + 3 * c)) + 60 * torch.sin((x + 2 * y) / 61)
+             for c in range(3)]
+    img = torch.stack(chans, -1).round().clamp(0, 255).to(torch.uint8)
+    return torch.stack([img.roll(3 * t, 1) for t in range(frames)])
+
+
+def _moquad_view(enc: E.Encoder, frames: torch.Tensor, crop: int) -> torch.Tensor:
+    """moquad's test view of ``frames`` at crop ``crop`` through the encoder's framing, in 0..255 (3, T, S, S)."""
+    from moquad.eval.clips import spatial_crops
+
+    return spatial_crops(frames, crop, 1, enc.framing)[0].double()
+
+
+def _pixels(pixel_values: torch.Tensor, norm: E.Norm) -> torch.Tensor:
+    """A processor's output (T, 3, S, S) back in 0..255 through the encoder's stated normalisation -> (3, T, S, S)."""
+    mean, std = torch.tensor(norm.mean).view(1, 3, 1, 1), torch.tensor(norm.std).view(1, 3, 1, 1)
+    return (pixel_values.double() * std + mean).mul(255).transpose(0, 1)
+
+
+@pytest.mark.parametrize("family", list(AUTHORS))
+def test_framing_is_the_processors_on_a_360_by_480_frame(tmp_path, family):
+    """moquad's view of a 360 x 480 frame through the family's framing equals the pixels its own processor makes
+    (resize and centre crop at their defaults); the crop-only framing (a 14 % wider field of view for V-JEPA 2,
+    ViViT) does not. Each result records the framing."""
+    folder, _, proc = save(tmp_path, family)
+    enc = E.load_encoder(f"hf:{folder}")
+    resize, crop = AUTHORS[family]
+    assert (enc.framing.resize, enc.framing.crop) == (resize, crop) and enc.framing.short_side(crop) == resize
+    assert enc.record()["framing"] == dataclasses.asdict(enc.framing) and enc.framing.antialias
+    frames = _scene()
+    if family == "xclip":
+        out = proc(images=list(frames.permute(0, 3, 1, 2)), return_tensors="pt")["pixel_values"]
+    else:
+        out = next(v for v in proc(videos=[frames.permute(0, 3, 1, 2)], return_tensors="pt").values()
+                   if torch.is_tensor(v))[0]
+    theirs = _pixels(out, enc.norm)
+    ours = _moquad_view(enc, frames, crop)
+    assert ours.shape == theirs.shape == (3, 2, crop, crop)
+    tol = 1.5 if family == "xclip" else 0.75  # X-CLIP's CLIP processor resizes with PIL's bicubic, the others bilinear
+    assert (ours - theirs).abs().mean() < tol
+    if resize != crop:  # the crop-only view sees another field of view
+        wider = _crop_only(frames, crop)
+        assert (wider - theirs).abs().mean() > 10 * tol
+
+
+def _crop_only(frames: torch.Tensor, crop: int) -> torch.Tensor:
+    from moquad.eval.clips import spatial_crops
+
+    return spatial_crops(frames, crop, 1)[0].double()
+
+
+def test_torchvision_framing_is_its_weights_transforms():
+    """torchvision's Kinetics weights: resize to 128 x 171, centre crop 112 (their transforms()); moquad's view of a
+    360 x 480 frame through the row's framing equals the transforms' pixels, and the crop-only view does not."""
+    import torchvision.models.video as tvv
+
+    enc = E.load_encoder("torchvision:r3d_18")
+    assert (enc.framing.resize, enc.framing.crop) == (128, 112) and enc.record()["framing"]["resize"] == 128
+    frames = _scene()
+    out = tvv.R3D_18_Weights.KINETICS400_V1.transforms()(frames.permute(0, 3, 1, 2))  # (3, T, 112, 112)
+    theirs = _pixels(out.transpose(0, 1), enc.norm)
+    ours = _moquad_view(enc, frames, 112)
+    assert ours.shape == theirs.shape
+    assert (ours - theirs).abs().mean() < 0.75
+    assert (_crop_only(frames, 112) - theirs).abs().mean() > 7.5
+
+
+def test_a_moquad_network_keeps_its_own_framing(tmp_path):
+    from test_features import make_checkpoint
+
+    enc = E.load_encoder(str(make_checkpoint(tmp_path / "c.pt")))
+    assert enc.framing.resize == enc.framing.crop == enc.clip.size and enc.framing.short_side(48) == 48

@@ -163,7 +163,7 @@ def extract_tokens(encoder: Encoder, split: Split, rows: np.ndarray, cfg: EvalCo
     device = resolve_device(cfg.device)
     encoder = encoder.to(device).eval()
     views = TestViews(split, rows, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops,
-                      encoder.framing.short_side(cfg.size))
+                      encoder.framing)
     loader = torch.utils.data.DataLoader(views, batch_size=None, shuffle=False, num_workers=cfg.workers)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}.npy")

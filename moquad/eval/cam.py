@@ -86,11 +86,11 @@ def _find_video(cfg: EvalConfig, video_id: str) -> tuple[Split, int]:
                             f"(searched manifests: {', '.join(manifests) or 'none'})")
 
 
-def load_clip(video: str, cfg: EvalConfig, short_side: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+def load_clip(video: str, cfg: EvalConfig, framing: Any = None) -> tuple[torch.Tensor, dict[str, Any]]:
     """The middle clip of ``video`` (file path or video_id in ``cfg.data``) -> uint8 (3, T, S, S), source info;
-    ``short_side``: the encoder's framing (None: the crop size)."""
+    ``framing``: the encoder's (None: the short side resized to the crop)."""
     path = Path(video)
-    short_side = short_side or cfg.size
+    short_side = framing.short_side(cfg.size) if framing is not None else cfg.size
     if path.is_file():
         frames = _decode_file(path, short_side)
         idx = uniform_clips(len(frames), cfg.frames, cfg.dilation, 1)[0]
@@ -106,7 +106,7 @@ def load_clip(video: str, cfg: EvalConfig, short_side: int | None = None) -> tup
                 "data": str(Path(cfg.data).resolve()), "manifest_checksum": split.checksum_value,
                 "num_frames": int(split.num_frames[i])}
     info["frame_indices"] = idx.tolist()
-    return spatial_crops(clip, cfg.size, 1, short_side)[0], info
+    return spatial_crops(clip, cfg.size, 1, framing)[0], info
 
 
 def token_cam(backbone: nn.Module, tokens: TokenMap, x: torch.Tensor,
@@ -250,8 +250,7 @@ def cam(video: str, cfg: EvalConfig, out: str | Path, *, method: str = "auto", c
         raise ValueError(f"unknown CAM method {method!r}; choose one of {', '.join(METHODS)}")
     encoder = need_encoder(cfg, encoder, "cam").to("cpu").eval()
     cfg = with_clip(cfg, encoder)
-    short = encoder.framing.short_side(cfg.size)
-    clip, info = load_clip(video, cfg, short)
+    clip, info = load_clip(video, cfg, encoder.framing)
     cls_path, net, classes = _classifier(cfg, encoder, method, classifier)
     if method == "auto":
         method = "classifier" if net is not None else "projection" if encoder.parts["head"] is not None else "norm"

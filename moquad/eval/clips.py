@@ -87,24 +87,26 @@ def _dilations(method: Any, loader: Mapping[str, Any]) -> tuple[int, ...]:
     return tuple(sorted(int(d) for d in loader["dilations"]))
 
 
-def resize_short(x: torch.Tensor, size: int) -> torch.Tensor:
-    """uint8 (T, H, W, 3) -> float (3, T, h, w) with min(h, w) == size (values still 0..255)."""
+def resize_short(x: torch.Tensor, size: int, antialias: bool = True, shape: tuple[int, int] | None = None) -> torch.Tensor:
+    """uint8 (T, H, W, 3) -> float (3, T, h, w) with min(h, w) == size, the long side in proportion and truncated (as
+    torchvision's resize and transformers' processors size it), or (h, w) == ``shape``; values still 0..255.
+    ``antialias``: filter before a downscale (off: as torchvision's video weights' transforms resize)."""
     t, h, w, _ = x.shape
-    scale = size / min(h, w)
-    nh, nw = max(size, round(h * scale)), max(size, round(w * scale))
+    nh, nw = shape or ((size, max(size, int(size * w / h))) if h <= w else (max(size, int(size * h / w)), size))
     y = x.permute(0, 3, 1, 2).float()  # (T, 3, H, W)
     if (nh, nw) != (h, w):
-        y = F.interpolate(y, size=(nh, nw), mode="bilinear", align_corners=False, antialias=True)
+        y = F.interpolate(y, size=(nh, nw), mode="bilinear", align_corners=False, antialias=antialias)
     return y.permute(1, 0, 2, 3)
 
 
-def spatial_crops(x: torch.Tensor, size: int, crops: int, short_side: int | None = None) -> torch.Tensor:
-    """uint8 frames (T, H, W, 3) -> uint8 (crops, 3, T, size, size): the short side resized to ``short_side`` (the
-    encoder's framing, :meth:`moquad.eval.encoders.Framing.short_side`; None: ``size``), then ``crops`` squares."""
-    y = resize_short(x, short_side or size)
+def spatial_crops(x: torch.Tensor, size: int, crops: int, framing: Any = None) -> torch.Tensor:
+    """uint8 frames (T, H, W, 3) -> uint8 (crops, 3, T, size, size): the short side resized as the encoder's
+    ``framing`` says (:class:`moquad.eval.encoders.Framing`; None: to ``size``), then ``crops`` squares."""
+    y = (resize_short(x, size) if framing is None else
+         resize_short(x, size, framing.antialias, framing.resized(x.shape[1], x.shape[2], size)))
     _, _, h, w = y.shape
-    if crops == 1:  # EvalConfig.crops: 1 or 3
-        offsets = [((h - size) // 2, (w - size) // 2)]
+    if crops == 1:  # EvalConfig.crops: 1 or 3; the centre as torchvision's center_crop rounds it (and transformers')
+        offsets = [(int(round((h - size) / 2)), int(round((w - size) / 2)))]
     elif w >= h:
         offsets = [((h - size) // 2, x0) for x0 in (0, (w - size) // 2, w - size)]
     else:
@@ -125,13 +127,13 @@ def random_crop_flip(x: torch.Tensor, size: int, flip: bool, rng: np.random.Gene
 
 
 def eval_clips(split: Split, i: int, frames: int, dilation: int, num_clips: int, size: int, crops: int,
-               short_side: int | None = None) -> torch.Tensor:
-    """All test views of video ``i`` -> uint8 (num_clips * crops, 3, frames, size, size), clip-major; the short side
-    resized to ``short_side`` (None: ``size``) before the crops."""
+               framing: Any = None) -> torch.Tensor:
+    """All test views of video ``i`` -> uint8 (num_clips * crops, 3, frames, size, size), clip-major, framed as
+    ``framing`` says (:func:`spatial_crops`)."""
     idx = uniform_clips(int(split.num_frames[i]), frames, dilation, num_clips)
     decoded = torch.from_numpy(split.read_frames(i, idx.reshape(-1)))
     per_clip = decoded.view(num_clips, frames, *decoded.shape[1:])
-    return torch.cat([spatial_crops(c, size, crops, short_side) for c in per_clip])
+    return torch.cat([spatial_crops(c, size, crops, framing) for c in per_clip])
 
 
 def labelled(split: Split) -> np.ndarray:
@@ -159,12 +161,13 @@ class TrainClips(torch.utils.data.Dataset):
 
 
 class TestViews(torch.utils.data.Dataset):
-    """(row, all deterministic test views) of each video of ``rows``; ``short_side``: the encoder's framing."""
+    """(row, all deterministic test views) of each video of ``rows``; ``framing``: the encoder's
+    (:class:`moquad.eval.encoders.Framing`; None: the short side resized to the crop)."""
 
     def __init__(self, split: Split, rows: np.ndarray | list[int], frames: int, dilation: int, num_clips: int,
-                 size: int, crops: int, short_side: int | None = None):
+                 size: int, crops: int, framing: Any = None):
         self.split, self.rows = split, rows
-        self.args = (frames, dilation, num_clips, size, crops, short_side)
+        self.args = (frames, dilation, num_clips, size, crops, framing)
 
     def __len__(self) -> int:
         return len(self.rows)

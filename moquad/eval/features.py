@@ -121,8 +121,8 @@ def compute_features(
     prep = enc.normalize if enc is not None else normalize
     device = resolve_device(cfg.device)
     backbone = backbone.to(device).eval()
-    short = enc.framing.short_side(cfg.size) if enc is not None else None
-    views = TestViews(split, indices, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops, short)
+    views = TestViews(split, indices, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops,
+                      enc.framing if enc is not None else None)
     loader = torch.utils.data.DataLoader(views, batch_size=None, shuffle=False, num_workers=cfg.workers)
     done: list[int] = []
     feats: list[np.ndarray] = []

@@ -232,9 +232,9 @@ def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None, quiet: boo
     losses = _train(net, cfg, train, train_rows, device, rank, world, norm, show)
     # test: rank r takes videos r, r+W, ... (no padding), probabilities gathered and put back in order
     mine = dist.my_rows(len(test_rows))
-    short = encoder.framing.short_side(cfg.size) if encoder is not None and cfg.finetune.init == "checkpoint" else None
+    framing = encoder.framing if encoder is not None and cfg.finetune.init == "checkpoint" else None
     probs = dist.gather_rows(mine, predict_views(net, cfg, test, test_rows[mine], device, show=show, norm=norm,
-                                                 short_side=short), len(test_rows))
+                                                 framing=framing), len(test_rows))
     labels = test.label[test_rows]
     report = accuracy_report(probs, labels, classes)
     out = path.parent

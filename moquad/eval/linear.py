@@ -94,11 +94,11 @@ def _fast(cfg: EvalConfig, encoder: Encoder, classes: list[str], train: Split,
 @torch.no_grad()
 def predict_views(net: nn.Module, cfg: EvalConfig, split: Split, rows: np.ndarray | list[int], device: torch.device,
                   show: bool = True, norm: Callable[[torch.Tensor, Any], torch.Tensor] = normalize,
-                  short_side: int | None = None) -> np.ndarray:
+                  framing: Any = None) -> np.ndarray:
     """Softmax averaged over every test view of each video of ``rows`` -> (videos, classes); ``norm``: uint8 clips ->
-    the network's input (an encoder's :meth:`Encoder.normalize`); ``short_side``: its framing (None: the crop)."""
+    the network's input (an encoder's :meth:`Encoder.normalize`); ``framing``: its framing (None: the crop's)."""
     net.eval()
-    views = TestViews(split, rows, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops, short_side)
+    views = TestViews(split, rows, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops, framing)
     loader = torch.utils.data.DataLoader(views, batch_size=None, num_workers=cfg.workers)
     out = []
     with Progress(disable=not show, transient=True) as progress:
@@ -150,7 +150,7 @@ def _cvrl(cfg: EvalConfig, encoder: Encoder, classes: list[str], train: Split,
                 step += 1
                 progress.advance(task)
     probs = predict_views(nn.Sequential(backbone, clf), cfg, test, test_rows, device, norm=backbone.normalize,
-                          short_side=backbone.framing.short_side(cfg.size))
+                          framing=backbone.framing)
     check_unchanged(backbone, before)
     labels = test.label[test_rows]
     proto = {"variant": "cvrl: linear layer on the frozen backbone", "train_clip": f"{cfg.frames} frames, dilation {cfg.dilation}, "

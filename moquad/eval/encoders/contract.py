@@ -78,10 +78,21 @@ class Framing:
     resize: int
     crop: int
     source: str
+    antialias: bool = True  # the resize filters first (PIL, transformers); torchvision's video weights: not
+    fixed: tuple[int, int] | None = None  # the authors resize to this H x W whatever the aspect (torchvision's weights)
 
     def short_side(self, size: int) -> int:
         """The short side a frame is resized to before the centre ``size`` crop: ``size * resize / crop``."""
         return size if self.resize == self.crop else max(size, int(size * self.resize / self.crop))
+
+    def resized(self, h: int, w: int, size: int) -> tuple[int, int]:
+        """The (H, W) an h x w frame is resized to before the centre ``size`` crop: the short side
+        :meth:`short_side`, the long side in proportion, truncated (as torchvision's ``resize`` and transformers'
+        processors size it); ``fixed``: that H x W scaled to the crop."""
+        if self.fixed is not None:
+            return tuple(max(size, int(v * size / self.crop)) for v in self.fixed)  # type: ignore[return-value]
+        short = self.short_side(size)
+        return (short, max(short, int(short * w / h))) if h <= w else (max(short, int(short * h / w)), short)
 
     def text(self, size: int) -> str:
         """``short side 292, centre crop 256``: how a result's table names it at crop ``size``."""

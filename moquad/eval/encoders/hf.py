@@ -122,12 +122,11 @@ def _hf_norm(name: str, proc: Any, source: str) -> Norm:
 
 
 def _side(size: Any, key: str) -> int | None:
-    """``size`` of a processor (an int, or a dict with ``shortest_edge`` / ``height``) -> that side, or None."""
+    """``size`` of a processor (an int, a dict or a ``SizeDict`` with ``shortest_edge`` / ``height``) -> that side."""
     if isinstance(size, int):
         return size
-    if isinstance(size, dict):
-        return size.get(key) or size.get("height")
-    return None
+    get = size.get if isinstance(size, dict) else lambda k: getattr(size, k, None)
+    return get(key) or get("height")
 
 
 def _hf_framing(name: str, proc: Any, source: str, clip: Clip) -> Framing:

@@ -165,8 +165,9 @@ def _torchvision_clip_norm(arch: str, weights: Any) -> tuple[Clip, Norm, Framing
     crop = int(t.crop_size[0])
     clip = Clip(frames, crop, None, source=f"{where} (crop size; frames: "
                 f"{'the backbone row' if row else 'the clip_len it was evaluated at'})")
-    framing = Framing(int(min(t.resize_size)), crop, f"{where}.transforms() (resize {list(t.resize_size)}, centre "
-                      f"crop {crop}; moquad keeps the frame's aspect ratio)")
+    framing = Framing(int(min(t.resize_size)), crop, f"{where}.transforms() (resize {list(t.resize_size)} without "
+                      f"antialiasing, centre crop {crop})", antialias=False,
+                      fixed=tuple(t.resize_size) if len(t.resize_size) == 2 else None)
     return clip, Norm(tuple(t.mean), tuple(t.std), f"{where}.transforms()"), framing
 
 
