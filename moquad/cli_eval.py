@@ -117,7 +117,8 @@ FINETUNE_FLAGS = protocol_flags("finetune", spelt={"checkpoint": Flag(
     "checkpoint", decls=("--checkpoint", "--encoder"), help=f"{_ENCODER_HELP} Fine-tuned end to end under a linear "
     "head; optional with --init random --backbone NAME.")})
 CAM_FLAGS = protocol_flags("cam", ("video",), {
-    "checkpoint": Flag("checkpoint", required=True),
+    "checkpoint": Flag("checkpoint", decls=("--checkpoint", "--encoder"), required=True, help=f"{_ENCODER_HELP} "
+                       "A CNN's map is its last feature map, a transformer's its token grid."),
     "data": Flag("data", help="Shard folder (needed when VIDEO is a video_id)."),
     "out": Flag("out", decls=("--eval-dir",), help="Folder of `moquad finetune` results (to find its classifier).")})
 MOTION_FLAGS = protocol_flags("motion", ("encoders", "checkpoint"), {"pair": Flag("pair", multiple=True)})
@@ -179,8 +180,9 @@ def finetune(cfg: C.EvalConfig, json: str | None = _json_option()) -> None:
     _wrote(run("finetune", cfg, json_path=json, overwrite=True), json)
 
 
-@protocol_command("cam", "Example: moquad cam data/UCF-101/Fencing/v_Fencing_g01_c01.avi --data /data/shards/ucf101 "
-                  "--checkpoint runs/moquad/checkpoints/last.pt --out cam.png", CAM_FLAGS)
+@protocol_command("cam", "Examples: moquad cam data/UCF-101/Fencing/v_Fencing_g01_c01.avi --data /data/shards/ucf101 "
+                  "--checkpoint runs/moquad/checkpoints/last.pt --out cam.png  |  moquad cam VIDEO --encoder "
+                  "torchvision:r3d_18:r3d18.pth --out cam.png", CAM_FLAGS)
 def cam(
     cfg: C.EvalConfig,
     video: str = typer.Argument(..., help="A video file, or a video_id of --data."),

@@ -14,12 +14,12 @@ from moquad.errors import MoquadError
 
 
 def write_avi(path: Path, frames: int = 12, height: int = 32, width: int = 48) -> Path:
-    """An MPEG-4 AVI whose frame i is the grey level 20 * i."""
+    """An MPEG-4 AVI whose frame i is the grey level 20 * i (mod 256)."""
     with av.open(str(path), "w", format="avi") as container:
         stream = container.add_stream("mpeg4", rate=8)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         for i in range(frames):
-            frame = av.VideoFrame.from_ndarray(np.full((height, width, 3), 20 * i, np.uint8), format="rgb24")
+            frame = av.VideoFrame.from_ndarray(np.full((height, width, 3), 20 * i % 256, np.uint8), format="rgb24")
             for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode():
