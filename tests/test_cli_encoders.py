@@ -52,8 +52,9 @@ def _run(world, tmp_path, command: str, kind: str, *extra: str):
 
 @pytest.mark.parametrize("kind", ENCODERS)
 def test_extract_is_the_encoders_forward(world, tmp_path, kind):
-    """Each cached feature is the mean over the video's views of load_encoder(NAME)'s forward on the same clips;
-    VideoMAE's unset clip is its own (8 frames of 32 px at its frame step 4)."""
+    """Each cached feature is the mean over the video's views of load_encoder(NAME)'s forward on the same clips,
+    framed as the family's authors frame them; VideoMAE's unset clip is its own (8 frames of 32 px at its frame step
+    4)."""
     out, name = _run(world, tmp_path, "extract", kind, "--split", "test")
     feats = read_features(out / "features" / "test.lance")
     proto = feats["metadata"]["protocol"]
@@ -61,12 +62,13 @@ def test_extract_is_the_encoders_forward(world, tmp_path, kind):
     assert clip == ((8, 32, 4) if kind == "hf" else (4, 32, 2))
     enc = load_encoder(name)
     split = Split(world[0], "test")
-    views = clips.TestViews(split, list(range(len(split))), *clip[:1], clip[2], 2, clip[1], 1)
+    views = clips.TestViews(split, list(range(len(split))), *clip[:1], clip[2], 2, clip[1], 1, enc.framing)
     with torch.no_grad():
         want = np.stack([enc(enc.normalize(views[i][1], "cpu")).mean(0).numpy() for i in range(len(split))])
     assert feats["embedding"].shape == (6, enc.out_dim) and np.abs(want).mean() > 1e-3
     np.testing.assert_allclose(feats["embedding"], want, atol=1e-5, rtol=1e-4)
-    assert feats["metadata"]["checkpoint_sha256"] == enc.sha256() and proto["encoder"] == name
+    assert feats["metadata"]["checkpoint_sha256"] == enc.sha256() and proto["normalize"] == enc.norm.source
+    assert proto["resize"].startswith(enc.framing.text(32))  # torchvision: short side 36 (its 128 for a 112 crop)
     cached = (out / "features" / "test.lance").stat().st_ino
     _run(world, tmp_path, "extract", kind, "--split", "test")  # the same encoder, clip and data: the cache is kept
     assert (out / "features" / "test.lance").stat().st_ino == cached
@@ -111,7 +113,8 @@ def test_finetune_trains_the_whole_encoder(world, tmp_path, kind):
     res = json.loads((out / "finetune.json").read_text())
     assert res["encoder"]["spec"] == name and "end to end" in res["protocol"]["init"]
     saved = torch.load(out / "finetune_model.pt", weights_only=True)
-    start = load_encoder(name).state_dict()
+    enc = load_encoder(name)
+    start = (enc.net if "backbone" in enc.info else enc).state_dict()  # a torchvision trunk, or the whole hf encoder
     moved = [k for k, v in saved["backbone"].items() if v.is_floating_point() and not torch.equal(v, start[k])]
     assert len(moved) > len(start) // 2  # trained end to end, not only the head
     assert saved["classifier"]["weight"].shape == (len(saved["classes"]), load_encoder(name).out_dim)

@@ -209,4 +209,4 @@ def test_a_set_optimizer_is_said_to_be_set(tmp_path, capsys):
     cfg = eval_cfg(tmp_path, "", tmp_path, finetune={"init": "random", "backbone": "swin3d_t", "optimizer": "sgd"})
     cfg, line = _optimizer(cfg, None)
     assert line == ("finetune: optimizer sgd (set; the swin3d_t backbone's default is adamw_vit), lr 0.08, weight "
-                    "decay 0.0001 (lr, weight decay: the paper's fine-tuning lr and weight decay)")
+                    "decay 0.0001 (lr, weight decay: the paper's fine-tuning setting)")

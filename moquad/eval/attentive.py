@@ -282,25 +282,24 @@ def attentive(cfg: EvalConfig, *, encoder: Encoder | None = None, json_path: str
     from moquad.eval.clips import labelled
     from moquad.eval.common import (
         check_unchanged,
-        copy_result,
-        labelled_splits,
-        need_encoder,
         out_dir,
-        record,
         resolve_device,
-        result_path,
         snapshot,
-        with_clip,
+        start,
     )
-    from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
+    from moquad.eval.report import (
+        accuracy_report,
+        accuracy_tables,
+        finish,
+        protocol_table,
+        provenance,
+    )
 
-    encoder = need_encoder(cfg, encoder, "the attentive probe")
-    path = result_path(cfg, "attentive.json", overwrite)
-    cfg = with_clip(cfg, encoder)
+    begun = start(cfg, encoder, "attentive.json", overwrite, "the attentive probe")
+    cfg, encoder, train, test = begun.cfg, begun.encoder, begun.train, begun.test
     with torch.inference_mode():  # the token width, before a pass over the data
         width = encoder.tokens(torch.zeros(1, 3, cfg.frames, cfg.size, cfg.size)).shape[1]
     _check_heads(width, cfg.attentive.heads)
-    train, test = labelled_splits(cfg, "the attentive probe")
     classes = store.classes(cfg.data)
     before = snapshot(encoder)
     tokens = {s.split: extract_tokens(encoder, s, labelled(s), cfg, out_dir(cfg) / "tokens" / f"{s.split}.npy",
@@ -314,9 +313,6 @@ def attentive(cfg: EvalConfig, *, encoder: Encoder | None = None, json_path: str
     report = accuracy_report(probs, test.label[labelled(test)], classes)
     result = provenance(cfg, train, test, encoder)
     result.update(task="attentive", protocol=_protocol(cfg, encoder, tokens[test.split].shape[2]), **report)
-    record(result, cfg, encoder)
-    path = write_result(result, path, [*accuracy_tables("attentive probe", report),
-                                       protocol_table("protocol", result)], quiet=quiet)
-    copy_result(path, json_path)
-    result["json"] = str(path)
+    finish(result, cfg, encoder, begun.path, lambda r: [*accuracy_tables("attentive probe", report),
+                                                         protocol_table("protocol", r)], json_path, quiet)
     return result

@@ -47,6 +47,11 @@ class PretrainClip:
         over, so (1, 2, 4) -> 2, (1, 4) -> 2, (4, 8) -> 4, a method whose clips are all at ``simclr_dilation`` 3 -> 3."""
         return min(max(EVAL_DILATION, self.dilations[0]), self.dilations[-1])
 
+    def matches(self, frames: int, size: int, dilation: int | None) -> bool:
+        """Whether a clip of ``frames`` x ``size`` at ``dilation`` (None: not compared) is this one: the same frames
+        and size, a dilation in the range it was pre-trained over."""
+        return (frames, size) == (self.frames, self.size) and (dilation is None or self.fits(dilation))
+
     def fits(self, dilation: int) -> bool:
         """Whether ``dilation`` lies in the range the encoder was pre-trained over (a speed between two it saw)."""
         return self.dilations[0] <= dilation <= self.dilations[-1]

@@ -16,11 +16,10 @@ from torch import nn
 
 from moquad import dist
 from moquad.config import EvalConfig
-from moquad.data.store import Split
+from moquad.data.store import Split, classes
 from moquad.errors import MoquadError
 from moquad.eval.clips import PretrainClip, pretrain_clip
-from moquad.eval.encoders import Encoder, fill_clip, load_encoder
-from moquad.io import atomic_write_bytes
+from moquad.eval.encoders import Encoder, load_encoder
 
 CLIP_KEYS = ("frames", "size", "dilation")  # EvalConfig's clip settings: None = the checkpoint's
 
@@ -80,7 +79,7 @@ def with_clip(cfg: EvalConfig, encoder: Encoder | None = None, *, warn: bool = F
     if encoder is None:
         clip = pretrain_clip(None)
         return dataclasses.replace(cfg, **{k: getattr(clip, k) for k in CLIP_KEYS if getattr(cfg, k) is None})
-    filled = fill_clip(cfg, encoder)
+    filled = encoder.fill(cfg)
     line = clip_warning(filled, encoder.pretrained, cfg.recipe) if warn and encoder.pretrained else None
     if line and dist.env_ranks()[0] == 0:  # one line, not one per rank under torchrun
         print(line, file=sys.stderr, flush=True)
@@ -93,11 +92,11 @@ def clip_warning(cfg: Any, trained: PretrainClip, recipe: str | None = None, *, 
     ``cfg``'s frames / size / dilation (any object with those; dilation None: not compared) differ from
     ``trained``; else None. A setting ``recipe`` gives is named as the recipe's (``recipe
     eval/linear_ucf101.yaml sets frames``); ``who`` replaces the whole "who set it" part."""
+    if trained.matches(cfg.frames, cfg.size, getattr(cfg, "dilation", None)):
+        return None
     differ = [k for k in ("frames", "size") if getattr(cfg, k) != getattr(trained, k)]
     if getattr(cfg, "dilation", None) is not None and not trained.fits(cfg.dilation):
         differ.append("dilation")
-    if not differ:
-        return None
 
     def at(frames: int, size: int, dilation: Any) -> str:
         return f"{frames}x{size}" + (f" at dilation {dilation}" if "dilation" in differ else "")
@@ -121,56 +120,6 @@ def _recipe_values(recipe: str | None) -> dict[str, Any]:
         return load_recipe(find_recipe(recipe, "eval"))
     except (OSError, ValueError):
         return {}
-
-
-def clip_record(cfg: EvalConfig, encoder: Encoder | None) -> dict[str, Any]:
-    """What a result records of its clip, framing and test views, and of the clip the encoder was pre-trained at."""
-    trained = encoder.pretrained if encoder is not None else None
-    framing = encoder.framing.short_side(cfg.size) if encoder is not None else cfg.size
-    return {
-        "clip": {"frames": cfg.frames, "size": cfg.size, "dilation": cfg.dilation, "short_side": framing,
-                 "model_input": trained.model_input if trained else pretrain_clip(None).model_input,
-                 "pretrained": dataclasses.asdict(trained) if trained else None,
-                 "matches_pretraining": None if trained is None else clip_warning(cfg, trained) is None},
-        "views": {"clips": cfg.num_clips, "crops": cfg.crops, "per_video": cfg.num_clips * cfg.crops},
-    }
-
-
-def record(result: dict[str, Any], cfg: EvalConfig, encoder: Encoder | None) -> dict[str, Any]:
-    """Add to ``result`` (from :func:`moquad.eval.report.provenance`) the clip, framing, test views, the encoder
-    (family, clip, framing, normalisation; a checkpoint's step and epoch), and the same in its ``protocol`` (the
-    rows of the text table)."""
-    rec = clip_record(cfg, encoder)
-    result.update(rec)
-    if encoder is not None:
-        result.setdefault("encoder", encoder.record())
-        if result.get("checkpoint") and encoder.pretrained is not None:
-            result["checkpoint"].update(step=encoder.info.get("step"), epoch=encoder.info.get("epoch"))
-    clip, trained = rec["clip"], rec["clip"]["pretrained"]
-    rows = {"clip": f"{clip['frames']} frames x {clip['size']} px, dilation {clip['dilation']}, input "
-                    f"{clip['model_input']}" + ("" if trained is None else
-                    f"; pre-trained at {trained['frames']} x {trained['size']}, dilations "
-                    f"{','.join(map(str, trained['dilations']))}" + ("" if clip["matches_pretraining"] else
-                                                                     " (DIFFERENT)")),
-            "framing": f"short side {clip['short_side']}, centre crop {clip['size']}"
-                       + (f" ({encoder.framing.source})" if encoder is not None else ""),
-            "test views": f"{cfg.num_clips} clip{'s' * (cfg.num_clips != 1)} x {cfg.crops} "
-                          f"crop{'s' * (cfg.crops != 1)} per video"}
-    if result.get("checkpoint") and result["checkpoint"].get("step") is not None:  # a moquad checkpoint's
-        rows["checkpoint step"] = f"{result['checkpoint'].get('step')} (epoch {result['checkpoint'].get('epoch')})"
-    result["protocol"] = {**rows, **result.get("protocol", {})}
-    return result
-
-
-def copy_result(written: str | Path, json_path: str | Path | None) -> Path | None:
-    """``--json PATH``: a copy of the result JSON ``written`` (in RUN/eval) at ``json_path``, nothing else beside
-    it; rank 0 writes."""
-    if json_path is None or Path(json_path).resolve() == Path(written).resolve():
-        return None
-    if dist.is_dist() and dist.get_rank() != 0:
-        return Path(json_path)
-    atomic_write_bytes(json_path, Path(written).read_bytes())
-    return Path(json_path)
 
 
 def run_folder(checkpoint: str | Path) -> Path:
@@ -248,3 +197,30 @@ def check_unchanged(module: nn.Module, before: dict[str, torch.Tensor], what: st
                            "the result is invalid: weights or BN statistics must stay as in the checkpoint")
 
 
+@dataclasses.dataclass
+class Start:
+    """What a protocol starts from: its encoder (None: fine-tuning from random init with no name), ``cfg`` with its
+    clip filled, where its result goes, and its labelled (train, test) splits."""
+
+    encoder: Encoder | None
+    cfg: EvalConfig
+    path: Path
+    train: Split
+    test: Split
+    device: torch.device
+    classes: list[str]
+    rank: int = 0
+    world: int = 1
+
+
+def start(cfg: EvalConfig, encoder: Encoder | None, result: str, overwrite: bool, task: str, *,
+          need: bool = True) -> Start:
+    """A protocol's start in one place: the encoder its command resolved (default: the one ``cfg.checkpoint`` names;
+    ``need``: none is the one-line error), where its result ``result`` goes (:func:`result_path`), ``cfg`` with the
+    clip settings it leaves unset filled from the encoder (:func:`with_clip`), its labelled splits, its device and
+    its rank among ``world`` (the process group started from torchrun's environment when needed)."""
+    encoder = need_encoder(cfg, encoder, task) if need else encoder_of(cfg, encoder)
+    path = result_path(cfg, result, overwrite)
+    cfg = with_clip(cfg, encoder)
+    train, test = labelled_splits(cfg, task)
+    return Start(encoder, cfg, path, train, test, resolve_device(cfg.device), classes(cfg.data), *dist_env())

@@ -45,30 +45,22 @@ from torch import nn
 
 from moquad import dist
 from moquad.config import EvalConfig
-from moquad.data import store
 from moquad.data.augment import normalize
 from moquad.data.store import Split
 from moquad.errors import MoquadError
 from moquad.eval.clips import TrainClips, labelled
 from moquad.eval.common import (
-    copy_result,
-    dist_env,
-    encoder_of,
-    labelled_splits,
-    record,
-    resolve_device,
-    result_path,
-    with_clip,
+    start,
 )
 from moquad.eval.encoders import Encoder
 from moquad.eval.linear import cosine, predict_views
 from moquad.eval.report import (
     accuracy_report,
     accuracy_tables,
+    finish,
     plot_confusion,
     protocol_table,
     provenance,
-    write_result,
 )
 from moquad.io import atomic_write_bytes
 from moquad.models import BACKBONES, build_backbone
@@ -210,20 +202,16 @@ def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None, quiet: boo
     any training unless ``overwrite``. ``quiet``: print no table. ``encoder``: the one the command resolved
     (default: the one ``cfg.checkpoint`` names). The optimizer line is printed before training."""
     name = "finetune" if cfg.finetune.init == "checkpoint" else "finetune_random"  # a bound never overwrites
-    encoder = encoder_of(cfg, encoder)
-    path = result_path(cfg, f"{name}.json", overwrite)
-    cfg = with_clip(cfg, encoder)
-    cfg, line = _optimizer(cfg, encoder)
-    rank, world = dist_env()
+    s = start(cfg, encoder, f"{name}.json", overwrite, "fine-tuning", need=False)
+    encoder, train, test, device, rank, world = s.encoder, s.train, s.test, s.device, s.rank, s.world
+    cfg, line = _optimizer(s.cfg, encoder)
+    proto, classes = _protocol(cfg, world), s.classes
     if cfg.finetune.batch_size % world:
         raise MoquadError(f"finetune.batch_size {cfg.finetune.batch_size} is the global batch; "
                           f"make it a multiple of {world} ranks")
-    if rank == 0:
+    if rank == 0 and not quiet:  # the command's start-up line (a quiet Python call prints nothing)
         print(line, flush=True)
-    device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
-    train, test = labelled_splits(cfg, "fine-tuning")
-    classes = store.classes(cfg.data)
     train_rows, test_rows = labelled(train), labelled(test)
     net, settings, source = _network(cfg, encoder, max(len(classes), int(train.label.max()) + 1))
     net = net.to(device)
@@ -237,22 +225,19 @@ def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None, quiet: boo
                                                  framing=framing), len(test_rows))
     labels = test.label[test_rows]
     report = accuracy_report(probs, labels, classes)
-    out = path.parent
+    out = s.path.parent
     model_path, png = out / f"{name}_model.pt", out / f"{name}_confusion.png"
     if rank == 0:
         _save_model(net, classes, settings, source, model_path)
         plot_confusion(np.array(report["confusion"]), classes, png, f"fine-tuned, top-1 {100 * report['top1']:.1f}%")
     result = provenance(cfg, train, test, encoder)
-    result.update(task="finetune", protocol=_protocol(cfg, world), **report)
+    result.update(task="finetune", protocol=proto, **report)
     result["train_loss_per_epoch"] = losses
     result["predictions"] = [{"video_id": str(test.video_id[i]), "label": int(y), "pred": int(p.argmax())}
                              for i, y, p in zip(test_rows, labels, probs)]
     result["confusion_png"], result["model"] = str(png), str(model_path)
-    record(result, cfg, encoder)
-    path = write_result(result, path, [*accuracy_tables("fine-tuning", report), protocol_table("protocol", result)],
-                        quiet=quiet)
-    copy_result(path, json_path)
+    finish(result, cfg, encoder, s.path, lambda r: [*accuracy_tables("fine-tuning", report),
+                                                     protocol_table("protocol", r)], json_path, quiet)
     dist.barrier()  # files written by rank 0 exist when any rank returns
-    result["json"] = str(path)
     return result
 

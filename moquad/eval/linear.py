@@ -34,17 +34,18 @@ from moquad.data.store import Split
 from moquad.eval.clips import TestViews, TrainClips, labelled
 from moquad.eval.common import (
     check_unchanged,
-    copy_result,
-    labelled_splits,
-    need_encoder,
-    record,
     resolve_device,
-    result_path,
     snapshot,
-    with_clip,
+    start,
 )
 from moquad.eval.encoders import Encoder
-from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
+from moquad.eval.report import (
+    accuracy_report,
+    accuracy_tables,
+    finish,
+    protocol_table,
+    provenance,
+)
 from moquad.train.optimizers import make_optimizer
 from moquad.train.schedule import lr_schedule
 
@@ -171,16 +172,10 @@ def linear(cfg: EvalConfig, fast: bool = True, *, json_path: str | Path | None =
     already there (``moquad linear``'s, say) is an error unless ``overwrite``. ``quiet``: print no table.
     ``encoder``: the one the command resolved (default: the one ``cfg.checkpoint`` names)."""
     name = "linear_fast" if fast else "linear_cvrl"
-    encoder = need_encoder(cfg, encoder, "the linear probe")
-    path = result_path(cfg, f"{name}.json", overwrite)
-    cfg = with_clip(cfg, encoder)
-    train, test = labelled_splits(cfg, "the linear probe")
-    report, proto = (_fast if fast else _cvrl)(cfg, encoder, store.classes(cfg.data), train, test)
-    result = provenance(cfg, train, test, encoder)
+    s = start(cfg, encoder, f"{name}.json", overwrite, "the linear probe")
+    report, proto = (_fast if fast else _cvrl)(s.cfg, s.encoder, store.classes(s.cfg.data), s.train, s.test)
+    result = provenance(s.cfg, s.train, s.test, s.encoder)
     result.update(task="linear", protocol=proto, **report)
-    record(result, cfg, encoder)
-    path = write_result(result, path, [*accuracy_tables(f"linear probe ({name})", report),
-                                       protocol_table("protocol", result)], quiet=quiet)
-    copy_result(path, json_path)
-    result["json"] = str(path)
+    finish(result, s.cfg, s.encoder, s.path, lambda r: [*accuracy_tables(f"linear probe ({name})", report),
+                                                         protocol_table("protocol", r)], json_path, quiet)
     return result

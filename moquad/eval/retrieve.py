@@ -27,18 +27,13 @@ from rich.table import Table
 from moquad.config import EvalConfig
 from moquad.eval.ann import lance_nearest, recall_at
 from moquad.eval.common import (
-    copy_result,
-    labelled_splits,
-    need_encoder,
     out_dir,
-    record,
     resolve_device,
-    result_path,
-    with_clip,
+    start,
 )
 from moquad.eval.encoders import Encoder
 from moquad.eval.features import extract, read_features
-from moquad.eval.report import protocol_table, provenance, write_result
+from moquad.eval.report import finish, protocol_table, provenance
 from moquad.eval.search import TIE_DECIMALS, as_tensor, nearest, pair_similarities, prepare
 
 
@@ -114,10 +109,8 @@ def retrieve(cfg: EvalConfig, json_path: str | Path | None = None, *, quiet: boo
     ``json_path`` when given. A result already there (``moquad retrieve``'s, say) is an error unless
     ``overwrite``. ``quiet``: print no table. ``encoder``: the one the command resolved (default: the one
     ``cfg.checkpoint`` names)."""
-    encoder = need_encoder(cfg, encoder, "retrieval")
-    path = result_path(cfg, f"retrieval{'_center' if cfg.center else ''}.json", overwrite)
-    cfg = with_clip(cfg, encoder)
-    gallery, queries = labelled_splits(cfg, "retrieval")
+    s = start(cfg, encoder, f"retrieval{'_center' if cfg.center else ''}.json", overwrite, "retrieval")
+    cfg, encoder, gallery, queries = s.cfg, s.encoder, s.train, s.test
     query_split, gallery_split = queries.split, gallery.split
     q_path, g_path = extract(cfg, query_split, encoder=encoder), extract(cfg, gallery_split, encoder=encoder)
     qf, gf = read_features(q_path), read_features(g_path)
@@ -156,8 +149,5 @@ def retrieve(cfg: EvalConfig, json_path: str | Path | None = None, *, quiet: boo
         result["lance"] = {**hits_at(approx, ql, np.append(gl, -2), cfg.ks), **recall_at(approx, exact, cfg.ks)}
     title = (f"retrieval: {len(q)} {query_split} queries vs {len(g)} {gallery_split} videos"
              f"{' (centred)' if cfg.center else ''}")
-    record(result, cfg, encoder)
-    path = write_result(result, path, _tables(cfg, result, title), quiet=quiet)
-    copy_result(path, json_path)
-    result["json"] = str(path)
+    finish(result, cfg, encoder, s.path, lambda r: _tables(cfg, r, title), json_path, quiet)
     return result

@@ -147,8 +147,8 @@ OPTIMIZERS: dict[str, Optimizer] = {
     # fine-tuning: the paper's (Sec. 4.1: LARS lr 0.08, batch 32, half-period cosine)
     "lars": Optimizer(_lars, pretrain=PretrainSetting(3.2, 1e-6, 10.0, "the paper's LARS setting"),
                       finetune=FinetuneSetting(0.08, 1e-4, "the paper's fine-tuning setting")),
-    "sgd": Optimizer(_sgd, finetune=FinetuneSetting(0.08, 1e-4, "the paper's fine-tuning lr and weight decay")),
-    "adamw": Optimizer(_adamw, finetune=FinetuneSetting(1e-3, 1e-4, "AdamW's default lr")),
+    "sgd": Optimizer(_sgd, finetune=FinetuneSetting(0.08, 1e-4, "the paper's fine-tuning setting")),
+    "adamw": Optimizer(_adamw, finetune=FinetuneSetting(1e-3, 1e-4, "torch's AdamW lr, the paper's weight decay")),
     # MoCo v3's contrastive ViT pre-training (Chen, Xie, He, ICCV 2021; facebookresearch/moco-v3 CONFIG.md);
     # fine-tuning: VideoMAE's UCF101 setting (lr 5e-4 per 256 videos at batch 128, weight decay 0.05)
     "adamw_vit": Optimizer(_scaled_adamw, transformer_groups,

@@ -42,7 +42,6 @@ its global pool; a moquad transformer trunk's tokens as its backbone row declare
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -100,16 +99,8 @@ def family_of(scheme: str, name: str) -> tuple[str, Any]:
 
 
 def fill_clip(cfg: Any, encoder: Encoder) -> Any:
-    """``cfg`` (an :class:`moquad.config.EvalConfig`) with the clip settings it leaves unset (None) taken from the
-    encoder's native clip (the dilation: its frame step, else the paper's evaluation dilation); the one-line error
-    when the encoder cannot take the result."""
-    from moquad.eval.clips import EVAL_DILATION
-
-    clip = encoder.clip
-    cfg = dataclasses.replace(cfg, frames=cfg.frames or clip.frames, size=cfg.size or clip.size,
-                              dilation=cfg.dilation or clip.frame_step or EVAL_DILATION)
-    encoder.probe_clip(cfg.frames, cfg.size)
-    return cfg
+    """:meth:`Encoder.fill` (the name the library has long had)."""
+    return encoder.fill(cfg)
 
 
 def load_encoder(spec: str) -> Encoder:

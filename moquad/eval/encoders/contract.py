@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from moquad.errors import MoquadError
+from moquad.eval.clips import EVAL_DILATION
 
 # ----------------------------------------------------------------------------- what every family states
 
@@ -189,6 +190,15 @@ class Encoder(nn.Module):
             raise MoquadError(f"encoder {self.label} ({self.family.description}) cannot take {frames} frames of "
                               f"{size} px: its layers shrink that clip to nothing ({said}); pass a larger clip, "
                               f"e.g. its own: --frames {self.clip.frames} --size {self.clip.size}") from e
+
+    def fill(self, cfg: Any) -> Any:
+        """``cfg`` (an :class:`moquad.config.EvalConfig`) with the clip settings it leaves unset (None) taken from
+        the encoder's clip (the dilation: its frame step, else the paper's evaluation dilation, 2); the one-line
+        error when the encoder cannot take the result."""
+        cfg = dataclasses.replace(cfg, frames=cfg.frames or self.clip.frames, size=cfg.size or self.clip.size,
+                                  dilation=cfg.dilation or self.clip.frame_step or EVAL_DILATION)
+        self.probe_clip(cfg.frames, cfg.size)
+        return cfg
 
     def _check(self, x: torch.Tensor) -> None:
         if x.dim() != 5 or x.shape[1] != 3 or x.shape[-1] != x.shape[-2]:
