@@ -10,7 +10,6 @@ pixel, and float32 layers carry it to ~1e-6; both sides run in this process.
 from __future__ import annotations
 
 import dataclasses
-
 import sys
 
 import pytest
@@ -477,5 +476,10 @@ def test_torchvision_framing_is_its_weights_transforms():
 def test_a_moquad_network_keeps_its_own_framing(tmp_path):
     from test_features import make_checkpoint
 
+    from moquad.eval.clips import spatial_crops
+
     enc = E.load_encoder(str(make_checkpoint(tmp_path / "c.pt")))
     assert enc.framing.resize == enc.framing.crop == enc.clip.size and enc.framing.short_side(48) == 48
+    frames = _scene(121, 77)  # odd sides: the rounding of the long side and of the centre show
+    for crops in (1, 3):  # its own test view, pixel for pixel: the view moquad evaluated its networks with
+        assert torch.equal(spatial_crops(frames, 32, crops, enc.framing), spatial_crops(frames, 32, crops))

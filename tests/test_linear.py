@@ -9,7 +9,6 @@ import pytest
 import torch
 from sklearn.linear_model import LogisticRegression
 
-import moquad.eval.linear as lin
 from moquad.eval.common import check_unchanged, snapshot
 from moquad.eval.linear import fit_logistic, linear
 

@@ -93,11 +93,12 @@ def _dilations(method: Any, loader: Mapping[str, Any]) -> tuple[int, ...]:
 
 
 def resize_short(x: torch.Tensor, size: int, antialias: bool = True, shape: tuple[int, int] | None = None) -> torch.Tensor:
-    """uint8 (T, H, W, 3) -> float (3, T, h, w) with min(h, w) == size, the long side in proportion and truncated (as
-    torchvision's resize and transformers' processors size it), or (h, w) == ``shape``; values still 0..255.
-    ``antialias``: filter before a downscale (off: as torchvision's video weights' transforms resize)."""
+    """uint8 (T, H, W, 3) -> float (3, T, h, w) with min(h, w) == size and the long side in proportion, or (h, w) ==
+    ``shape``; values still 0..255. ``antialias``: filter before a downscale (off: as torchvision's video weights'
+    transforms resize)."""
     t, h, w, _ = x.shape
-    nh, nw = shape or ((size, max(size, int(size * w / h))) if h <= w else (max(size, int(size * h / w)), size))
+    scale = size / min(h, w)
+    nh, nw = shape or (max(size, round(h * scale)), max(size, round(w * scale)))
     y = x.permute(0, 3, 1, 2).float()  # (T, 3, H, W)
     if (nh, nw) != (h, w):
         y = F.interpolate(y, size=(nh, nw), mode="bilinear", align_corners=False, antialias=antialias)
@@ -110,8 +111,8 @@ def spatial_crops(x: torch.Tensor, size: int, crops: int, framing: Any = None) -
     y = (resize_short(x, size) if framing is None else
          resize_short(x, size, framing.antialias, framing.resized(x.shape[1], x.shape[2], size)))
     _, _, h, w = y.shape
-    if crops == 1:  # EvalConfig.crops: 1 or 3; the centre as torchvision's center_crop rounds it (and transformers')
-        offsets = [(int(round((h - size) / 2)), int(round((w - size) / 2)))]
+    if crops == 1:  # EvalConfig.crops: 1 or 3
+        offsets = [framing.centre(h, w, size) if framing is not None else ((h - size) // 2, (w - size) // 2)]
     elif w >= h:
         offsets = [((h - size) // 2, x0) for x0 in (0, (w - size) // 2, w - size)]
     else:

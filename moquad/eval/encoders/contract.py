@@ -81,6 +81,9 @@ class Framing:
     source: str
     antialias: bool = True  # the resize filters first (PIL, transformers); torchvision's video weights: not
     fixed: tuple[int, int] | None = None  # the authors resize to this H x W whatever the aspect (torchvision's weights)
+    # "library": the long side truncated and the centre rounded, as torchvision's resize and center_crop and
+    # transformers' processors size them; "moquad": rounded and floored, moquad's own test view
+    sizing: str = "library"
 
     def short_side(self, size: int) -> int:
         """The short side a frame is resized to before the centre ``size`` crop: ``size * resize / crop``."""
@@ -93,7 +96,16 @@ class Framing:
         if self.fixed is not None:
             return tuple(max(size, int(v * size / self.crop)) for v in self.fixed)  # type: ignore[return-value]
         short = self.short_side(size)
+        if self.sizing != "library":  # moquad's own: each side scaled, rounded
+            scale = short / min(h, w)
+            return max(short, round(h * scale)), max(short, round(w * scale))
         return (short, max(short, int(short * w / h))) if h <= w else (max(short, int(short * h / w)), short)
+
+    def centre(self, h: int, w: int, size: int) -> tuple[int, int]:
+        """The top-left corner of the centre ``size`` square of an h x w frame."""
+        if self.sizing == "library":
+            return int(round((h - size) / 2)), int(round((w - size) / 2))
+        return (h - size) // 2, (w - size) // 2
 
     def text(self, size: int) -> str:
         """``short side 292, centre crop 256``: how a result's table names it at crop ``size``."""
@@ -102,7 +114,7 @@ class Framing:
 
 def crop_framing(size: int, source: str) -> Framing:
     """The framing that resizes the short side to the crop itself (moquad's own test view)."""
-    return Framing(size, size, source)
+    return Framing(size, size, source, sizing="moquad")
 
 
 @dataclass
