@@ -1,9 +1,12 @@
 """Class-activation maps over a video's frames, drawn as an image strip (the paper's Fig. 5).
 
-The clip: ``cfg.frames`` frames at ``cfg.dilation`` from the middle of the video, short side
-resized to ``cfg.size``, centre crop. The map is computed on the backbone's last feature
-map (the input of its global average pool, found as the last ``AdaptiveAvgPool3d``), then
-upsampled (trilinear) to the clip and min-max scaled to [0, 1] over the whole clip.
+The encoder: any name of the encoder table (a moquad checkpoint or export, ``torchvision:ARCH[:WEIGHTS]``,
+``hf:NAME``), resolved once by the command. The clip: ``cfg.frames`` frames at ``cfg.dilation`` from the middle
+of the video, framed as the encoder's family frames it (:class:`moquad.eval.encoders.Framing`), centre crop
+``cfg.size``. The map is computed on a CNN trunk's last feature map (the input of its global average pool, found
+as the last ``AdaptiveAvgPool3d``), or on another encoder's token grid (:meth:`Encoder.tokens`, as the attentive
+probe reads it), then upsampled (trilinear) to the clip and min-max scaled to [0, 1] over the whole clip.
+``auto`` falls back to ``norm`` for an encoder without a projection head (torchvision, Hugging Face).
 
 Activation (``method``):
 
