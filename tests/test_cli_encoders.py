@@ -84,6 +84,9 @@ def test_retrieve_hits_are_the_cached_features_nearest(world, tmp_path, kind):
     assert res["top1"] == pytest.approx(float((g["label"][nearest] == q["label"]).mean()))
     assert (res["encoder"]["spec"], res["checkpoint"]["path"]) == (name, name)
     assert res["encoder"]["family"] == ("videomae" if kind == "hf" else "torchvision")
+    framing = load_encoder(name).framing  # the result names the framing its views were made with
+    assert res["encoder"]["framing"]["resize"] == framing.resize and res["clip"]["short_side"] == framing.short_side(32)
+    assert res["protocol"]["framing"].startswith(f"short side {framing.short_side(32)}, centre crop 32")
 
 
 @pytest.mark.parametrize("kind", ENCODERS)

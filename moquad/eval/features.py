@@ -113,9 +113,10 @@ def read_features(path: str | Path) -> dict[str, Any]:
 def compute_features(
     backbone: torch.nn.Module, cfg: EvalConfig, split: Split, indices: list[int], show: bool = False
 ) -> tuple[list[int], np.ndarray]:
-    """Features of the manifest rows ``indices`` of ``split`` -> (indices, float32 (len, D)), at ``cfg``'s clip
-    (filled: :func:`moquad.eval.common.with_clip`). ``backbone``: an encoder of ``moquad.load_encoder`` (clips
-    framed and normalised as its family says), or a network taking moquad-normalised clips (moquad's framing)."""
+    """Features of the manifest rows ``indices`` of ``split`` -> (indices, float32 (len, D)), at ``cfg``'s clip (the
+    settings it leaves unset: the encoder's, as every command fills them). ``backbone``: an encoder of
+    ``moquad.load_encoder`` (clips framed and normalised as its family says), or a network taking
+    moquad-normalised clips (moquad's own framing)."""
     enc = backbone if isinstance(backbone, Encoder) else None
     cfg = with_clip(cfg, enc)  # a library call's unset clip settings (a command's are filled already)
     prep = enc.normalize if enc is not None else normalize
