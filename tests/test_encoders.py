@@ -483,3 +483,23 @@ def test_a_moquad_network_keeps_its_own_framing(tmp_path):
     frames = _scene(121, 77)  # odd sides: the rounding of the long side and of the centre show
     for crops in (1, 3):  # its own test view, pixel for pixel: the view moquad evaluated its networks with
         assert torch.equal(spatial_crops(frames, 32, crops, enc.framing), spatial_crops(frames, 32, crops))
+
+
+def test_no_family_name_is_tested_outside_its_row():
+    """A comparison with a family's name (``enc.family_name == "moquad"``) appears nowhere in the package: what a
+    family does is its row's (moquad/eval/encoders/local.py, hf.py)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(E.__file__).resolve().parents[2]
+    rows = {package / "eval" / "encoders" / "local.py", package / "eval" / "encoders" / "hf.py"}
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path in rows or path.name == "export.py":  # export's "torchvision" is its format, not a family
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Compare):
+                names = [n.value for n in (node.left, *node.comparators)
+                         if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+                found += [(path.relative_to(package).as_posix(), node.lineno, v) for v in names if v in E.FAMILIES]
+    assert not found, found

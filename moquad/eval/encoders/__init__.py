@@ -72,17 +72,7 @@ def parse_spec(spec: str) -> tuple[str, str, str]:
         scheme, name = "torchvision", rest
     elif scheme not in {f.scheme for f in FAMILIES.values()} or not name:
         scheme, name = "", rest
-    return label or _default_label(scheme, name), scheme, name
-
-
-def _default_label(scheme: str, name: str) -> str:
-    if scheme == "hf":
-        return Path(name).name
-    if scheme == "torchvision":
-        arch, _, weights = name.partition(":")
-        return f"{arch}-{Path(weights).stem}" if weights else arch
-    path = Path(name)
-    return path.parent.parent.name if path.parent.name == "checkpoints" else path.stem
+    return label or next(f for f in FAMILIES.values() if f.scheme == scheme).label(name), scheme, name
 
 
 def family_of(scheme: str, name: str) -> tuple[str, Any]:

@@ -151,6 +151,7 @@ class Family:
     model_types: tuple[str, ...] = ()  # hf: the config model_types of the row
     optimizer: Callable[[Encoder], str] = lambda enc: "adamw"  # fine-tuning's default (a row of the optimizer table)
     trainable: Callable[[Encoder], nn.Module] | None = None  # fine-tuning's network; None: a copy of the encoder
+    label: Callable[[str], str] = lambda name: Path(name).name  # the default label of a name after the scheme
 
 
 class Encoder(nn.Module):

@@ -251,11 +251,24 @@ def _backbone_optimizer(enc: Encoder) -> str:
     return BACKBONES[enc.info["backbone"]].optimizer
 
 
+def _file_label(name: str) -> str:
+    """RUN of RUN/checkpoints/last.pt, else the file's stem."""
+    path = Path(name)
+    return path.parent.parent.name if path.parent.name == "checkpoints" else path.stem
+
+
+def _torchvision_label(name: str) -> str:
+    """``ARCH``, or ``ARCH-WEIGHTS`` (the weights file's stem or torchvision's name)."""
+    arch, _, weights = name.partition(":")
+    return f"{arch}-{Path(weights).stem}" if weights else arch
+
+
 MOQUAD = Family("a moquad checkpoint or export", "", _moquad_load, _trunk_features, _trunk_tokens,
                 "the backbone's pooled feature before the projection head (global average pool; MViT: its class "
-                "token), as every moquad protocol reads it", optimizer=_backbone_optimizer, trainable=_trunk_copy)
+                "token), as every moquad protocol reads it", optimizer=_backbone_optimizer, trainable=_trunk_copy,
+                label=_file_label)
 TORCHVISION = Family("a torchvision video model", "torchvision", _torchvision_load, _trunk_features, _trunk_tokens,
                      "the network's input to its classifier (global average pool; MViT: the class token after its "
                      "final LayerNorm), torchvision's own pooling", optimizer=_backbone_optimizer,
-                     trainable=_trunk_copy)
+                     trainable=_trunk_copy, label=_torchvision_label)
 LOCAL_FAMILIES = {"moquad": MOQUAD, "torchvision": TORCHVISION}
