@@ -120,7 +120,7 @@ def main() -> None:
     rec.figures["protocol"] = result["protocol"]
     rec.figures["data"] = {k: v for k, v in result["data"].items() if k != "dir"}
     rec.figures["encoders"] = {label: {k: v for k, v in r.items() if k != "encoder"} | {
-        "encoder": {k: r["encoder"][k] for k in ("spec", "family", "pooling", "clip", "normalize")}}
+        "encoder": {k: r["encoder"][k] for k in ("spec", "family", "pooling", "clip", "framing", "normalize")}}
         for label, r in result["encoders"].items()}
     rec.figures["seconds_report"] = round(time.time() - t0, 1)
     rec.table("random_init", ["encoder", *(c for c, *_ in COLUMNS)], rows,
@@ -129,7 +129,9 @@ def main() -> None:
               notes=["Random initialisation (seed 0) is what this table shows: no trained weights. The Hugging Face "
                      "families (hf, small) are their own transformers classes at reduced width and depth (hidden "
                      "size 192, 4 layers, 3 heads, patch 16, X-CLIP: its vision tower); the torchvision models are "
-                     f"the real architectures at full size. All at one {FRAMES} x {SIZE} clip, not their native one. "
+                     f"the real architectures at full size. All at one {FRAMES} x {SIZE} clip, not their native one, "
+                     "each framed as its authors frame it (V-JEPA 2, ViViT and torchvision's weights resize the "
+                     "short side to 73 px before the 64 px crop). "
                      "Chance: arrow of time 50 %, speed 33 %; ratios: 1 = as different as another crop of the same "
                      "frames; appearance share 1 = the feature is what one frame shows."])
     rec.write(args.record)

@@ -21,7 +21,6 @@ import typer
 from moquad import config as C
 from moquad.cli_common import RECIPE, Flag, _need_dir, _need_file, config_command
 from moquad.errors import MoquadError
-from moquad.eval.common import is_checkpoint
 from moquad.eval.protocols import PROTOCOLS, run
 from moquad.models.backbones import TORCHVISION_ARCHS
 from moquad.settings import RECIPE_KINDS
@@ -57,8 +56,8 @@ def _checked(name: str) -> Callable[[Any], None]:
             _need_dir(cfg.data, "data folder", "run `moquad preprocess` first and pass its --out folder")
         if row.needs_checkpoint is None:
             return
-        if cfg.checkpoint and row.encoders and not is_checkpoint(cfg.checkpoint):
-            _check_encoder(cfg)
+        if cfg.checkpoint and row.encoders:
+            _check_encoder(cfg, row.results)
         elif cfg.checkpoint:
             _need_file(cfg.checkpoint, "checkpoint", _CKPT_HINT)
         elif row.needs_checkpoint(cfg):
@@ -67,13 +66,14 @@ def _checked(name: str) -> Callable[[Any], None]:
     return check
 
 
-def _check_encoder(cfg: Any) -> None:
-    """An encoder name loads, takes the clip, and has a place for its results, before anything is written."""
+def _check_encoder(cfg: Any, results: bool) -> None:
+    """The encoder name loads (once: the protocol gets the same one), takes the clip, and has a place for its
+    results (``results``: the protocol writes them to the evaluation folder), before anything is written."""
     from moquad.eval.common import frozen_encoder, out_dir, with_clip
 
-    frozen_encoder(cfg.checkpoint)
-    with_clip(cfg)
-    out_dir(cfg)
+    with_clip(cfg, frozen_encoder(cfg.checkpoint))
+    if results:
+        out_dir(cfg)
 
 
 def protocol_flags(name: str, first: tuple[str, ...] = (), spelt: dict[str, Flag] | None = None) -> tuple:
@@ -117,7 +117,8 @@ FINETUNE_FLAGS = protocol_flags("finetune", spelt={"checkpoint": Flag(
     "checkpoint", decls=("--checkpoint", "--encoder"), help=f"{_ENCODER_HELP} Fine-tuned end to end under a linear "
     "head; optional with --init random --backbone NAME.")})
 CAM_FLAGS = protocol_flags("cam", ("video",), {
-    "checkpoint": Flag("checkpoint", required=True),
+    "checkpoint": Flag("checkpoint", decls=("--checkpoint", "--encoder"), required=True, help=f"{_ENCODER_HELP} "
+                       "A CNN's map is its last feature map, a transformer's its token grid."),
     "data": Flag("data", help="Shard folder (needed when VIDEO is a video_id)."),
     "out": Flag("out", decls=("--eval-dir",), help="Folder of `moquad finetune` results (to find its classifier).")})
 MOTION_FLAGS = protocol_flags("motion", ("encoders", "checkpoint"), {"pair": Flag("pair", multiple=True)})
@@ -179,8 +180,9 @@ def finetune(cfg: C.EvalConfig, json: str | None = _json_option()) -> None:
     _wrote(run("finetune", cfg, json_path=json, overwrite=True), json)
 
 
-@protocol_command("cam", "Example: moquad cam data/UCF-101/Fencing/v_Fencing_g01_c01.avi --data /data/shards/ucf101 "
-                  "--checkpoint runs/moquad/checkpoints/last.pt --out cam.png", CAM_FLAGS)
+@protocol_command("cam", "Examples: moquad cam data/UCF-101/Fencing/v_Fencing_g01_c01.avi --data /data/shards/ucf101 "
+                  "--checkpoint runs/moquad/checkpoints/last.pt --out cam.png  |  moquad cam VIDEO --encoder "
+                  "torchvision:r3d_18:r3d18.pth --out cam.png", CAM_FLAGS)
 def cam(
     cfg: C.EvalConfig,
     video: str = typer.Argument(..., help="A video file, or a video_id of --data."),

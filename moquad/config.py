@@ -433,7 +433,8 @@ class AttentiveConfig:
 @dataclass
 class FinetuneConfig:
     """Fine-tuning the whole network (moquad.eval.finetune); the paper's protocol: 100 epochs, batch 32,
-    LARS 0.08, half-period cosine. A tiny network wants AdamW 1e-3 instead (eval/cpu_demo.yaml)."""
+    LARS 0.08 (a CNN backbone's default optimizer), half-period cosine. A tiny network wants AdamW 1e-3 instead
+    (eval/cpu_demo.yaml); a transformer backbone's default is adamw_vit (VideoMAE's fine-tuning setting)."""
 
     init: str = rule("checkpoint", choices=INITS, help="checkpoint (pre-trained weights) or random (the supervised "
                      "bound: same backbone, labels only).")
@@ -441,10 +442,15 @@ class FinetuneConfig:
     backbone: str | None = rule(None, help="Backbone; the checkpoint's by default; with --init random it makes "
                                 "--checkpoint optional.")
     epochs: int = rule(100, ge=1, help="Training epochs (the paper's 100; eval/cpu_demo.yaml: 60).")
-    lr: float = rule(0.08, gt=0, help="Learning rate (as given, not scaled with the batch).")
-    optimizer: str = rule("lars", help="Optimizer.")  # a row of moquad.train.optimizers.OPTIMIZERS
+    # the optimizer and its two settings: None = the backbone row's optimizer (an encoder of another family: its
+    # row's) and that optimizer's fine-tuning setting; settled in ONE place, moquad.train.optimizers.finetune_optimizer
+    lr: float | None = rule(None, gt=0, help="Learning rate, as given, not scaled with the batch (default: the "
+                            "optimizer's fine-tuning setting: lars 0.08, the paper's).")
+    optimizer: str | None = rule(None, help="Optimizer (default: the backbone's: lars for the CNNs, adamw_vit for "
+                                 "the transformers).")  # a row of moquad.train.optimizers.OPTIMIZERS
     batch_size: int = rule(32, ge=1, help="Global training batch.")  # split evenly over ranks
-    weight_decay: float = rule(1e-4, ge=0, help="Weight decay.")
+    weight_decay: float | None = rule(None, ge=0, help="Weight decay (default: the optimizer's fine-tuning "
+                                      "setting: lars 1e-4).")
     dropout: float = rule(0.5, ge=0, le=1, help="Dropout before the classifier.")
     flip: bool = rule(True, help="Random horizontal flip of training clips; off for left/right-sensitive classes "
                       "(SSv2).")

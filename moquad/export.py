@@ -48,13 +48,14 @@ import moquad
 from moquad.config import EXPORT_FORMATS
 from moquad.data.augment import MEAN, STD
 from moquad.data.store import manifest_checksum, read_manifest
+from moquad.digest import sha256_file
 from moquad.errors import setting
 from moquad.eval.clips import pretrain_clip
-from moquad.eval.common import eval_folder, sha256_file
+from moquad.eval.common import eval_folder
 from moquad.io import atomic_write
 from moquad.models import BACKBONES, INPUTS
 from moquad.models.backbones import DEFAULT_INPUT
-from moquad.train.checkpoint import load
+from moquad.models.checkpoint import load
 
 FORMATS = EXPORT_FORMATS  # the choices of `moquad export --format` (moquad.config.ExportConfig)
 # backbones with torchvision export names (prefix above torchvision's keys, the head the export lacks)

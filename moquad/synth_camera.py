@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -38,29 +39,31 @@ TEST_SHARE = 0.3
 def load_sources(source: str | Path, size: int, frames: int) -> list[tuple[str, np.ndarray]]:
     """[(file name, frames (N, H, W, 3) uint8 with short side ``SOURCE_SIDE * size``)] of every readable video
     with at least ``frames`` frames, sorted by name (at most 4 x ``frames`` frames are kept from each)."""
-    import av
+    from moquad.data.video_file import UnreadableVideo, decode_frames
 
     root = Path(source)
     if not root.is_dir():
         raise ValueError(f"--source {root} is not a folder of videos")
-    short, out = int(round(SOURCE_SIDE * size)), []
+    short, out, skipped = int(round(SOURCE_SIDE * size)), [], []
+
+    def convert(frame: Any) -> np.ndarray:
+        w, h = frame.width, frame.height
+        scale = short / min(w, h)
+        return frame.to_ndarray(format="rgb24", width=max(short, round(w * scale)) // 2 * 2,
+                                height=max(short, round(h * scale)) // 2 * 2)
+
     for path in sorted(p for p in root.rglob("*") if p.suffix.lower() in VIDEO_SUFFIXES and p.is_file()):
         try:
-            with av.open(str(path)) as container:
-                decoded = []
-                for frame in container.decode(video=0):
-                    w, h = frame.width, frame.height
-                    scale = short / min(w, h)
-                    decoded.append(frame.to_ndarray(format="rgb24", width=max(short, round(w * scale)) // 2 * 2,
-                                                    height=max(short, round(h * scale)) // 2 * 2))
-                    if len(decoded) >= 4 * frames:
-                        break
-        except (av.error.FFmpegError, UnicodeDecodeError, ValueError):
+            decoded = decode_frames(path, convert, limit=4 * frames)
+        except UnreadableVideo as e:  # not a video: skipped, and named if too few are left
+            skipped.append(str(e).split("; ")[0])
             continue
         if len(decoded) >= frames:
-            out.append((path.name, np.stack(decoded)))
+            out.append((path.name, decoded))
     if len(out) < 2:
-        raise ValueError(f"--source {root} needs at least 2 readable videos of >= {frames} frames (found {len(out)})")
+        why = f"; skipped: {', '.join(skipped)}" if skipped else ""
+        raise ValueError(f"--source {root} needs at least 2 readable videos of >= {frames} frames (found "
+                         f"{len(out)}){why}")
     return out
 
 

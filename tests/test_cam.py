@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from moquad.eval.cam import _pool_input, activation, cam
+from moquad.eval.cam import activation, cam
+from moquad.models.hooks import pool_input
 
 
 def test_classifier_cam_identity_and_projection():
@@ -39,7 +40,7 @@ def test_pool_input_is_the_pre_pool_map():
 
     bb = build_model("tiny", 16, 32).backbone.eval()
     x = torch.randn(1, 3, 4, 32, 32)
-    fmap = _pool_input(bb, x)
+    fmap = pool_input(bb, x)
     torch.testing.assert_close(fmap.mean((2, 3, 4)), bb(x))
 
 
@@ -56,9 +57,12 @@ def test_cam_strip_from_video_id_and_finetuned_classifier(tmp_path):
     meta = json.loads(png.with_suffix(".json").read_text())
     assert meta["method"] == "projection" and meta["source"]["class_name"] == "Red"
     assert len(meta["source"]["frame_indices"]) == 4 and len(meta["checkpoint"]["sha256"]) == 64
+    from moquad.record import environment
+
+    assert meta["environment"] == json.loads(json.dumps(environment()))  # commit, lock, machine: as every result
 
     # a fine-tuned classifier from this checkpoint in the output folder is picked up by "auto"
-    from moquad.eval.common import sha256_file
+    from moquad.digest import sha256_file
 
     bb = build_model("tiny", 16, 32).backbone
     fc = nn.Linear(64, 3)
@@ -105,3 +109,92 @@ def test_strip_has_a_colour_bar_and_source_frame_numbers():
     bars = [ax for ax in fig.axes if ax.get_ylabel() == "activation" and not ax.images]  # the colour bar axis
     assert len(bars) == 1 and bars[0].get_ylim() == (0.0, 1.0)
     plt.close(fig)
+
+
+@pytest.mark.parametrize("kind", ["noise", "no video stream", "truncated"])
+def test_a_file_that_is_not_a_video_is_one_error_line(tmp_path, kind):
+    """``moquad cam`` on a file that is not a readable video: one ``error:`` line naming it, exit code 2."""
+    from test_features import make_checkpoint
+    from test_video_file import bad_videos
+    from typer.testing import CliRunner
+
+    from moquad.cli import app
+
+    video = bad_videos(tmp_path / "videos")[kind]
+    ckpt = make_checkpoint(tmp_path / "c.pt")
+    r = CliRunner().invoke(app, ["cam", str(video), "--checkpoint", str(ckpt), "--out", str(tmp_path / "o.png"),
+                                 "--frames", "4", "--size", "32"], terminal_width=200)
+    errors = [line for line in r.output.splitlines() if line.startswith("error:")]
+    assert r.exit_code == 2 and len(errors) == 1, r.output
+    assert f"{video}: not a readable video" in errors[0] and "re-encode it" in errors[0]
+    assert "Traceback" not in r.output and not (tmp_path / "o.png").exists()
+
+
+def _cam_cli(*args):
+    from typer.testing import CliRunner
+
+    from moquad.cli import app
+    from moquad.eval import common
+
+    common._encoder.cache_clear()
+    return CliRunner().invoke(app, ["cam", *map(str, args)], terminal_width=200)
+
+
+def test_cam_of_a_torchvision_weights_file_is_its_last_feature_map(tmp_path):
+    """``moquad cam VIDEO --encoder torchvision:r3d_18:W.pth`` writes a strip; the map is the norm of the feature
+    map entering torchvision's own network's average pool (its forward, hooked independently), framed and
+    normalised as its Kinetics weights' transforms say."""
+    import torchvision.models.video as tvv
+    from test_video_file import write_avi
+
+    from moquad.config import EvalConfig
+    from moquad.eval.cam import activation_map, load_clip
+    from moquad.eval.encoders import load_encoder
+
+    torch.manual_seed(0)
+    ref = tvv.r3d_18().eval()
+    torch.save(ref.state_dict(), tmp_path / "W.pth")
+    video = write_avi(tmp_path / "v.avi", frames=16, height=48, width=64)
+    r = _cam_cli(video, "--encoder", f"torchvision:r3d_18:{tmp_path / 'W.pth'}", "--frames", "4", "--size", "32",
+                 "--out", tmp_path / "cam.png")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "cam.png").read_bytes()[:4] == b"\x89PNG"
+    meta = json.loads((tmp_path / "cam.json").read_text())
+    assert meta["method"] == "norm" and meta["encoder"]["family"] == "torchvision"
+    assert meta["encoder"]["framing"]["resize"] == 128 and "short side 36, centre crop 32" in meta["clip"]
+    enc = load_encoder(f"torchvision:r3d_18:{tmp_path / 'W.pth'}")
+    clip, _ = load_clip(str(video), EvalConfig(checkpoint="x", frames=4, size=32, dilation=2), enc.framing)
+    x = enc.normalize(clip[None], "cpu")
+    with torch.no_grad():
+        amap, _ = activation_map(enc, x, "norm")
+        seen = []
+        ref.avgpool.register_forward_pre_hook(lambda _m, inp: seen.append(inp[0]))
+        ref(x)
+    torch.testing.assert_close(amap, seen[0][0].norm(dim=0))
+
+
+def test_cam_of_a_hugging_face_folder_is_its_token_grid(tmp_path):
+    """``moquad cam VIDEO --encoder hf:FOLDER`` writes a strip; the map is the norm of each of the model's output
+    tokens on its (t, h, w) grid (the library's forward), as the attentive probe reads them."""
+    pytest.importorskip("transformers")
+    from test_encoders import save
+    from test_video_file import write_avi
+
+    from moquad.config import EvalConfig
+    from moquad.eval.cam import activation_map, load_clip
+    from moquad.eval.encoders import load_encoder
+
+    folder, model, _ = save(tmp_path, "videomae")
+    video = write_avi(tmp_path / "v.avi", frames=20, height=48, width=64)
+    r = _cam_cli(video, "--encoder", f"hf:{folder}", "--out", tmp_path / "cam.png")
+    assert r.exit_code == 0, r.output
+    meta = json.loads((tmp_path / "cam.json").read_text())
+    assert (tmp_path / "cam.png").is_file() and meta["method"] == "norm" and meta["encoder"]["family"] == "videomae"
+    assert meta["encoder"]["framing"] == {**meta["encoder"]["framing"], "resize": 224, "crop": 224}
+    enc = load_encoder(f"hf:{folder}")
+    clip, _ = load_clip(str(video), EvalConfig(checkpoint="x", frames=8, size=32, dilation=4), enc.framing)
+    x = enc.normalize(clip[None], "cpu")
+    with torch.no_grad():
+        amap, _ = activation_map(enc, x, "norm")
+        tokens = model(x.transpose(1, 2)).last_hidden_state[0]  # (t * h * w, C), time-major
+    torch.testing.assert_close(amap, tokens.norm(dim=1).reshape(4, 4, 4))

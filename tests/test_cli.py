@@ -42,7 +42,8 @@ def test_help_has_example(command):
         (["pretrain", "--data", "{tmp}", "--method", "byol"], "method must be one of moquad, simclr, simclr_classic, moco, moco_moquad, got 'byol'"),
         (["pretrain", "--data", "{tmp}", "--set", "epochs"], "--set 'epochs' must look like KEY=VALUE"),
         (["pretrain", "--data", "{tmp}", "--set", "epochs.x=1"], "unknown setting 'epochs.x': epochs has no sub-settings"),
-        (["linear", "--data", "{tmp}", "--checkpoint", "{tmp}/none.pt"], "checkpoint {tmp}/none.pt not found"),
+        (["linear", "--data", "{tmp}", "--checkpoint", "{tmp}/none.pt"], "{tmp}/none.pt not found; give "
+         "RUN/checkpoints/last.pt, an exported .safetensors, torchvision:ARCH[:WEIGHTS] or hf:FOLDER_OR_HUB_NAME"),
         (["pretrain", "--data", "{tmp}", "--recipe", "{tmp}/nope.yaml"], "recipe"),
         (["retrieve", "--data", "{tmp}", "--checkpoint", "{tmp}/none.pt"], "checkpoint"),
         (["synth", "{tmp}/s", "--classes", "50"], "--classes"),

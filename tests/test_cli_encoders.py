@@ -16,6 +16,7 @@ from test_features import make_tiny_dataset
 from typer.testing import CliRunner
 
 from moquad.data.store import Split
+from moquad.digest import sha256_file
 from moquad.eval import clips, common
 from moquad.eval.encoders import load_encoder
 from moquad.eval.features import read_features
@@ -51,8 +52,9 @@ def _run(world, tmp_path, command: str, kind: str, *extra: str):
 
 @pytest.mark.parametrize("kind", ENCODERS)
 def test_extract_is_the_encoders_forward(world, tmp_path, kind):
-    """Each cached feature is the mean over the video's views of load_encoder(NAME)'s forward on the same clips;
-    VideoMAE's unset clip is its own (8 frames of 32 px at its frame step 4)."""
+    """Each cached feature is the mean over the video's views of load_encoder(NAME)'s forward on the same clips,
+    framed as the family's authors frame them; VideoMAE's unset clip is its own (8 frames of 32 px at its frame step
+    4)."""
     out, name = _run(world, tmp_path, "extract", kind, "--split", "test")
     feats = read_features(out / "features" / "test.lance")
     proto = feats["metadata"]["protocol"]
@@ -60,12 +62,13 @@ def test_extract_is_the_encoders_forward(world, tmp_path, kind):
     assert clip == ((8, 32, 4) if kind == "hf" else (4, 32, 2))
     enc = load_encoder(name)
     split = Split(world[0], "test")
-    views = clips.TestViews(split, list(range(len(split))), *clip[:1], clip[2], 2, clip[1], 1)
+    views = clips.TestViews(split, list(range(len(split))), *clip[:1], clip[2], 2, clip[1], 1, enc.framing)
     with torch.no_grad():
         want = np.stack([enc(enc.normalize(views[i][1], "cpu")).mean(0).numpy() for i in range(len(split))])
     assert feats["embedding"].shape == (6, enc.out_dim) and np.abs(want).mean() > 1e-3
     np.testing.assert_allclose(feats["embedding"], want, atol=1e-5, rtol=1e-4)
-    assert feats["metadata"]["checkpoint_sha256"] == enc.sha256() and proto["encoder"] == name
+    assert feats["metadata"]["checkpoint_sha256"] == enc.sha256() and proto["normalize"] == enc.norm.source
+    assert proto["resize"].startswith(enc.framing.text(32))  # torchvision: short side 36 (its 128 for a 112 crop)
     cached = (out / "features" / "test.lance").stat().st_ino
     _run(world, tmp_path, "extract", kind, "--split", "test")  # the same encoder, clip and data: the cache is kept
     assert (out / "features" / "test.lance").stat().st_ino == cached
@@ -81,6 +84,9 @@ def test_retrieve_hits_are_the_cached_features_nearest(world, tmp_path, kind):
     assert res["top1"] == pytest.approx(float((g["label"][nearest] == q["label"]).mean()))
     assert (res["encoder"]["spec"], res["checkpoint"]["path"]) == (name, name)
     assert res["encoder"]["family"] == ("videomae" if kind == "hf" else "torchvision")
+    framing = load_encoder(name).framing  # the result names the framing its views were made with
+    assert res["encoder"]["framing"]["resize"] == framing.resize and res["clip"]["short_side"] == framing.short_side(32)
+    assert res["protocol"]["framing"].startswith(f"short side {framing.short_side(32)}, centre crop 32")
 
 
 @pytest.mark.parametrize("kind", ENCODERS)
@@ -110,7 +116,8 @@ def test_finetune_trains_the_whole_encoder(world, tmp_path, kind):
     res = json.loads((out / "finetune.json").read_text())
     assert res["encoder"]["spec"] == name and "end to end" in res["protocol"]["init"]
     saved = torch.load(out / "finetune_model.pt", weights_only=True)
-    start = load_encoder(name).state_dict()
+    enc = load_encoder(name)
+    start = (enc.net if "backbone" in enc.info else enc).state_dict()  # a torchvision trunk, or the whole hf encoder
     moved = [k for k, v in saved["backbone"].items() if v.is_floating_point() and not torch.equal(v, start[k])]
     assert len(moved) > len(start) // 2  # trained end to end, not only the head
     assert saved["classifier"]["weight"].shape == (len(saved["classes"]), load_encoder(name).out_dim)
@@ -137,7 +144,7 @@ def test_checkpoint_still_means_a_moquad_checkpoint(world, tmp_path):
     assert r.exit_code == 0, r.output
     meta = read_features(tmp_path / "run" / "eval" / "features" / "test.lance")["metadata"]
     assert meta["protocol"]["frames"] == 4 and "encoder" not in meta["protocol"]
-    assert meta["checkpoint_sha256"] == common.sha256_file(ckpt)
+    assert meta["checkpoint_sha256"] == sha256_file(ckpt)
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -179,7 +186,7 @@ def test_bad_encoders_are_one_line_each(world, tmp_path, monkeypatch):
     _refused((*base, "--encoder", "hf:facebook/vjepa2-vitl-fpc64-256"), "download it where the hub is reachable "
              "(hf download facebook/vjepa2-vitl-fpc64-256 --local-dir DIR) and pass hf:DIR", out)
     monkeypatch.setitem(sys.modules, "transformers", None)  # not installed
-    _refused((*base, "--encoder", names["hf"]), "install it with pip install 'moquad[hf]'", out)
+    _refused((*base, "--encoder", names["hf"]), "run pip install -e '.[hf]'", out)
 
 
 # ----------------------------------------------------------------------------- every family

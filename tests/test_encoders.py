@@ -9,6 +9,7 @@ pixel, and float32 layers carry it to ~1e-6; both sides run in this process.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import pytest
@@ -18,6 +19,7 @@ from torch import nn
 
 from moquad.errors import MoquadError, user_message
 from moquad.eval import encoders as E
+from moquad.eval.encoders import hf as H
 
 T = pytest.importorskip("transformers")
 
@@ -340,8 +342,8 @@ def test_bad_hf_names_are_one_line_each(tmp_path, monkeypatch):
               metadata={"format": "pt"})  # a shallower network's weights
     _one_line(f"hf:{folder}", "its weights do not fit VivitModel as its config describes it")
     monkeypatch.setitem(sys.modules, "transformers", None)  # not installed
-    _one_line(f"hf:{folder}", "hf: encoders need the transformers package; install it with pip install "
-                              "'moquad[hf]'")
+    _one_line(f"hf:{folder}", "hf: encoders need the transformers package (moquad's hf extra); in a clone "
+                              "of moquad run pip install -e '.[hf]' (or make setup: every extra from the lock)")
 
 
 def test_moquad_file_not_found_names_every_form(tmp_path):
@@ -360,18 +362,144 @@ def test_unreachable_downloads_are_one_line(monkeypatch):
     _one_line("torchvision:r3d_18:KINETICS400_V1", "cannot download https://download.pytorch.org/models/r3d_18-b3b3357e"
               ".pth (OSError); download it where the network is reachable and pass torchvision:r3d_18:FILE.pth")
     monkeypatch.setattr(T.AutoConfig, "from_pretrained", offline)
-    monkeypatch.setattr(E, "_hub_reachable", lambda: True)  # the host resolves, the download fails
+    monkeypatch.setattr(H, "_hub_reachable", lambda: True)  # the host resolves, the download fails
     _one_line("hf:facebook/vjepa2-vitl-fpc64-256", "hf:facebook/vjepa2-vitl-fpc64-256: cannot read its config (network "
               "is unreachable); download it where the hub is reachable (hf download facebook/vjepa2-vitl-fpc64-256 "
               "--local-dir DIR) and pass hf:DIR")
-    monkeypatch.setattr(E, "_hub_reachable", lambda: False)  # no name resolution: no half-minute of retries
+    monkeypatch.setattr(H, "_hub_reachable", lambda: False)  # no name resolution: no half-minute of retries
     _one_line("hf:facebook/vjepa2-vitl-fpc64-256", "hf:facebook/vjepa2-vitl-fpc64-256: the Hugging Face hub is not "
               "reachable from this machine; download it where")
     monkeypatch.undo()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert E._hub_reachable() is False
+    assert H._hub_reachable() is False
 
 
 def test_a_mistyped_folder_is_not_a_hub_name(tmp_path):
     """``hf:runs/typo`` where ``runs`` is a folder: no such folder (not a download advice for a hub name)."""
     _one_line(f"hf:{tmp_path}/typo", f"hf:{tmp_path}/typo: no such folder in {tmp_path}")
+
+
+def test_no_network_download_says_only_the_error(monkeypatch, tmp_path, capfd):
+    """torchvision's named weights through a proxy that does not answer: the one error line, and nothing before it
+    (torch's own "Downloading:" line is not printed for a download that fails)."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    for var in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")  # the discard port: nothing listens, the connection is refused
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    capfd.readouterr()
+    _one_line("torchvision:r3d_18:KINETICS400_V1", "torchvision:r3d_18:KINETICS400_V1: cannot download "
+              "https://download.pytorch.org/models/r3d_18-b3b3357e.pth (URLError); download it where the network is "
+              "reachable and pass torchvision:r3d_18:FILE.pth")
+    said = capfd.readouterr()
+    assert said.out == "" and said.err == ""  # the error line is all a user sees (moquad.cli prints it)
+    assert not list((tmp_path / "torch").rglob("*.pth"))
+
+
+# ----------------------------------------------------------------------------- framing: as the authors frame it
+
+# family -> (short side, centre crop) of its processor's defaults (the library's: V-JEPA 2 crop x 256 / 224 first)
+AUTHORS = {"vjepa2": (292, 256), "videomae": (224, 224), "timesformer": (224, 224), "vivit": (256, 224),
+           "xclip": (224, 224)}
+
+
+def _scene(h: int = 360, w: int = 480, frames: int = 2) -> torch.Tensor:
+    """uint8 frames (T, H, W, 3) of a smooth scene with detail at every scale (a change of field of view shows)."""
+    y, x = torch.meshgrid(torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64), indexing="ij")
+    chans = [127.5 + 60 * torch.sin(x / (9 + 4 * c)) * torch.cos(y / (13 + 3 * c)) + 60 * torch.sin((x + 2 * y) / 61)
+             for c in range(3)]
+    img = torch.stack(chans, -1).round().clamp(0, 255).to(torch.uint8)
+    return torch.stack([img.roll(3 * t, 1) for t in range(frames)])
+
+
+def _moquad_view(enc: E.Encoder, frames: torch.Tensor, crop: int) -> torch.Tensor:
+    """moquad's test view of ``frames`` at crop ``crop`` through the encoder's framing, in 0..255 (3, T, S, S)."""
+    from moquad.eval.clips import spatial_crops
+
+    return spatial_crops(frames, crop, 1, enc.framing)[0].double()
+
+
+def _pixels(pixel_values: torch.Tensor, norm: E.Norm) -> torch.Tensor:
+    """A processor's output (T, 3, S, S) back in 0..255 through the encoder's stated normalisation -> (3, T, S, S)."""
+    mean, std = torch.tensor(norm.mean).view(1, 3, 1, 1), torch.tensor(norm.std).view(1, 3, 1, 1)
+    return (pixel_values.double() * std + mean).mul(255).transpose(0, 1)
+
+
+@pytest.mark.parametrize("family", list(AUTHORS))
+def test_framing_is_the_processors_on_a_360_by_480_frame(tmp_path, family):
+    """moquad's view of a 360 x 480 frame through the family's framing equals the pixels its own processor makes
+    (resize and centre crop at their defaults); the crop-only framing (a 14 % wider field of view for V-JEPA 2,
+    ViViT) does not. Each result records the framing."""
+    folder, _, proc = save(tmp_path, family)
+    enc = E.load_encoder(f"hf:{folder}")
+    resize, crop = AUTHORS[family]
+    assert (enc.framing.resize, enc.framing.crop) == (resize, crop) and enc.framing.short_side(crop) == resize
+    assert enc.record()["framing"] == dataclasses.asdict(enc.framing) and enc.framing.antialias
+    frames = _scene()
+    if family == "xclip":
+        out = proc(images=list(frames.permute(0, 3, 1, 2)), return_tensors="pt")["pixel_values"]
+    else:
+        out = next(v for v in proc(videos=[frames.permute(0, 3, 1, 2)], return_tensors="pt").values()
+                   if torch.is_tensor(v))[0]
+    theirs = _pixels(out, enc.norm)
+    ours = _moquad_view(enc, frames, crop)
+    assert ours.shape == theirs.shape == (3, 2, crop, crop)
+    tol = 1.5 if family == "xclip" else 0.75  # X-CLIP's CLIP processor resizes with PIL's bicubic, the others bilinear
+    assert (ours - theirs).abs().mean() < tol
+    if resize != crop:  # the crop-only view sees another field of view
+        wider = _crop_only(frames, crop)
+        assert (wider - theirs).abs().mean() > 10 * tol
+
+
+def _crop_only(frames: torch.Tensor, crop: int) -> torch.Tensor:
+    from moquad.eval.clips import spatial_crops
+
+    return spatial_crops(frames, crop, 1)[0].double()
+
+
+def test_torchvision_framing_is_its_weights_transforms():
+    """torchvision's Kinetics weights: resize to 128 x 171, centre crop 112 (their transforms()); moquad's view of a
+    360 x 480 frame through the row's framing equals the transforms' pixels, and the crop-only view does not."""
+    import torchvision.models.video as tvv
+
+    enc = E.load_encoder("torchvision:r3d_18")
+    assert (enc.framing.resize, enc.framing.crop) == (128, 112) and enc.record()["framing"]["resize"] == 128
+    frames = _scene()
+    out = tvv.R3D_18_Weights.KINETICS400_V1.transforms()(frames.permute(0, 3, 1, 2))  # (3, T, 112, 112)
+    theirs = _pixels(out.transpose(0, 1), enc.norm)
+    ours = _moquad_view(enc, frames, 112)
+    assert ours.shape == theirs.shape
+    assert (ours - theirs).abs().mean() < 0.75
+    assert (_crop_only(frames, 112) - theirs).abs().mean() > 7.5
+
+
+def test_a_moquad_network_keeps_its_own_framing(tmp_path):
+    from test_features import make_checkpoint
+
+    from moquad.eval.clips import spatial_crops
+
+    enc = E.load_encoder(str(make_checkpoint(tmp_path / "c.pt")))
+    assert enc.framing.resize == enc.framing.crop == enc.clip.size and enc.framing.short_side(48) == 48
+    frames = _scene(121, 77)  # odd sides: the rounding of the long side and of the centre show
+    for crops in (1, 3):  # its own test view, pixel for pixel: the view moquad evaluated its networks with
+        assert torch.equal(spatial_crops(frames, 32, crops, enc.framing), spatial_crops(frames, 32, crops))
+
+
+def test_no_family_name_is_tested_outside_its_row():
+    """A comparison with a family's name (``enc.family_name == "moquad"``) appears nowhere in the package: what a
+    family does is its row's (moquad/eval/encoders/local.py, hf.py)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(E.__file__).resolve().parents[2]
+    rows = {package / "eval" / "encoders" / "local.py", package / "eval" / "encoders" / "hf.py"}
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path in rows or path.name == "export.py":  # export's "torchvision" is its format, not a family
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Compare):
+                names = [n.value for n in (node.left, *node.comparators)
+                         if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+                found += [(path.relative_to(package).as_posix(), node.lineno, v) for v in names if v in E.FAMILIES]
+    assert not found, found

@@ -129,7 +129,7 @@ def test_retrieve_cli_defaults_to_the_trained_clip_and_json_is_a_copy(trained, t
     assert res.returncode == 0, res.stderr
     assert "warning" not in res.stderr
     default = json.loads((run_eval / "retrieval.json").read_text())
-    assert default["clip"] == {"frames": 8, "size": 32, "dilation": 2, "model_input": "rgb",
+    assert default["clip"] == {"frames": 8, "size": 32, "dilation": 2, "short_side": 32, "model_input": "rgb",
                                "pretrained": {"frames": 8, "size": 32, "dilations": [1, 4], "model_input": "rgb"},
                                "matches_pretraining": True}
     assert default["views"] == {"clips": 2, "crops": 1, "per_video": 2}

@@ -21,14 +21,15 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import webdataset as wds
-from video_fixtures import make_checkpoint, write_dataset
 from s3server import free_port
+from video_fixtures import make_checkpoint, write_dataset
 
 from moquad import dist as moquad_dist
 from moquad.config import ConfigError, EvalConfig
 from moquad.data.augment import normalize
 from moquad.data.clip_frames import uniform_clips
 from moquad.data.store import Split
+from moquad.errors import MoquadError
 from moquad.eval.clips import spatial_crops
 from moquad.eval.features import compute_features, extract, read_features
 from moquad.train.checkpoint import load_model
@@ -176,7 +177,7 @@ def test_clear_errors(tiny, tmp_path):
     data, ckpt = tiny
     with pytest.raises(FileNotFoundError, match="split 'val'"):
         extract(eval_cfg(data, ckpt, tmp_path), "val")
-    with pytest.raises(FileNotFoundError, match="checkpoint"):
+    with pytest.raises(MoquadError, match="nope.pt not found; give RUN/checkpoints/last.pt"):
         extract(eval_cfg(data, tmp_path / "nope.pt", tmp_path), "test")
     with pytest.raises(ConfigError, match="crops must be one of 1, 3"):  # checked when the config is built
         eval_cfg(data, ckpt, tmp_path, crops=2)

@@ -160,3 +160,53 @@ def test_training_clips_flip_only_when_the_protocol_says(tmp_path):
         assert torch.equal(a, b) or torch.equal(a, b.flip(-1))
     assert 0 < mirrored < len(rows)
     assert resolve(EvalConfig(), "eval/linear_ssv2.yaml", {}).linear.flip is False
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("backbone, optimizer, lr", [("swin3d_t", "adamw_vit", 2.5e-4), ("tiny", "lars", 0.08)])
+def test_finetune_starts_with_the_backbone_rows_optimizer_and_says_so(tmp_path, monkeypatch, backbone, optimizer, lr):
+    """``moquad finetune --init random --backbone swin3d_t`` without a recipe: the backbone row's optimizer (AdamW with
+    layer-wise decay for the transformers, LARS for the CNNs) and its fine-tuning setting, in one line printed before
+    training starts; the optimizer built is that row's."""
+    from test_features import make_tiny_dataset
+    from typer.testing import CliRunner
+
+    import moquad.eval.finetune as F
+    from moquad.cli import app
+    from moquad.models import BACKBONES
+    from moquad.train.optimizers import make_optimizer
+
+    data = make_tiny_dataset(tmp_path / "data", {"train": 4, "test": 3}, frames=8)
+    seen = {}
+
+    def stop(net, cfg, *_a, **_k):  # training starts here: what was said by then, and the optimizer it builds
+        seen["ft"], seen["opt"] = cfg.finetune, make_optimizer(net, cfg.finetune.optimizer, cfg.finetune.lr,
+                                                               cfg.finetune.weight_decay, finetune=True)
+        raise _Stop
+
+    monkeypatch.setattr(F, "_train", stop)
+    r = CliRunner().invoke(app, ["finetune", "--data", str(data), "--init", "random", "--backbone", backbone,
+                                 "--out", str(tmp_path / "out"), "--frames", "4", "--size", "32"], terminal_width=200)
+    assert isinstance(r.exception, _Stop), r.output
+    assert BACKBONES[backbone].optimizer == optimizer
+    said = [line for line in r.output.splitlines() if line.startswith("finetune: optimizer")]
+    assert said == [f"finetune: optimizer {optimizer} (the {backbone} backbone's default), lr {lr:g}, weight decay "
+                    f"{seen['ft'].weight_decay:g} (lr, weight decay: "
+                    f"{'VideoMAE' if optimizer == 'adamw_vit' else 'the paper'}'s fine-tuning setting)"]
+    assert (seen["ft"].optimizer, seen["ft"].lr) == (optimizer, lr)
+    assert type(seen["opt"]).__name__ == ("ScaledAdamW" if optimizer == "adamw_vit" else "LARS")
+    assert {g["lr"] for g in seen["opt"].param_groups} == {lr}  # the schedule sets each group's lr from here
+
+
+def test_a_set_optimizer_is_said_to_be_set(tmp_path, capsys):
+    from test_features import eval_cfg
+
+    from moquad.eval.finetune import _optimizer
+
+    cfg = eval_cfg(tmp_path, "", tmp_path, finetune={"init": "random", "backbone": "swin3d_t", "optimizer": "sgd"})
+    cfg, line = _optimizer(cfg, None)
+    assert line == ("finetune: optimizer sgd (set; the swin3d_t backbone's default is adamw_vit), lr 0.08, weight "
+                    "decay 0.0001 (lr, weight decay: the paper's fine-tuning setting)")

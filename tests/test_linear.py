@@ -9,7 +9,6 @@ import pytest
 import torch
 from sklearn.linear_model import LogisticRegression
 
-import moquad.eval.linear as lin
 from moquad.eval.common import check_unchanged, snapshot
 from moquad.eval.linear import fit_logistic, linear
 
@@ -50,17 +49,12 @@ def test_cvrl_probe_leaves_backbone_untouched(tmp_path, monkeypatch):
 
     data = make_tiny_dataset(tmp_path / "data", {"train": 6, "test": 3}, frames=8)
     ckpt = make_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
-    seen = {}
-    load = lin.frozen_encoder
+    from moquad.eval.encoders import load_encoder
 
-    def spy(name):
-        seen["encoder"] = load(name)
-        return seen["encoder"]
-
-    monkeypatch.setattr(lin, "frozen_encoder", spy)
+    seen = {"encoder": load_encoder(str(ckpt))}  # the encoder the command hands the protocol
     cfg = eval_cfg(data, ckpt, tmp_path / "out", frames=4, dilation=1,
                    linear={"epochs": 2, "batch_size": 4, "lr": 0.5, "optimizer": "sgd"})
-    res = linear(cfg, fast=False)
+    res = linear(cfg, fast=False, encoder=seen["encoder"])
     original = torch.load(ckpt, weights_only=True)["model"]
     after = seen["encoder"].net.state_dict()
     bb = [k for k in original if k.startswith("backbone.")]

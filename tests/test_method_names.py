@@ -18,8 +18,7 @@ NOT_A_METHOD = {
     ("objstore.py", "moquad"): "the object-store emulator's project id",
     ("cli_eval.py", "pair"): "the motion report's --pair flag",
     ("eval/protocols.py", "pair"): "the motion report's pair option",
-    ("eval/encoders.py", "moquad"): "the encoder family of moquad's own checkpoints and exports",
-    ("eval/motion.py", "moquad"): "the same encoder family (a moquad file without its clip: the clip is unknown)",
+    ("eval/encoders/local.py", "moquad"): "the encoder family of moquad's own checkpoints and exports (its row)",
     ("data/views.py", "pair"): "the clip rule a two-clip plan records (moquad.data.clip_frames)",
     ("record.py", "moquad"): "the package's folder (uncommitted code there makes a record dirty) and its own name",
 }

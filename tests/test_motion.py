@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
 import pytest
 import torch
-from video_fixtures import coded_dataset, decode_code, make_checkpoint, write_dataset
 from torch import nn
 from typer.testing import CliRunner
+from video_fixtures import coded_dataset, decode_code, make_checkpoint, write_dataset
 
 from moquad.data.store import Split
 from moquad.errors import MoquadError
 from moquad.eval import motion as M
 from moquad.eval.encoders import native_clip, wrap
+from moquad.eval.motion_views import video_views
 
 FRAMES, SIZE = 8, 32
 
@@ -71,7 +73,7 @@ def test_transforms_frame_by_frame_against_direct_indexing(tmp_path):
     """Each view holds exactly the frames a direct index says (coded videos: G = 4 x frame), in order."""
     data = coded_dataset(tmp_path / "coded", num_videos=2, num_frames=48, size=(32, 32))
     split = Split(data, "train")
-    views = M.video_views(split, 1, FRAMES, 1, SIZE)
+    views = video_views(split, 1, FRAMES, 1, SIZE)
     assert views.shape == (len(M.VIEWS), 3, FRAMES, SIZE, SIZE) and views.dtype == torch.uint8
     start = {1: (48 - 8) // 2, 2: (48 - 15) // 2, 4: (48 - 29) // 2}  # centred: (frames - span) // 2
     want = {"clip": start[1] + np.arange(8), "crop": start[1] + np.arange(8), "reversed": (start[1] + np.arange(8))[::-1],
@@ -86,7 +88,7 @@ def test_mirror_reversal_speed_pixels_equal_the_reference(squares):
     """Pixel for pixel (32 px frames: the crop is the frame): reversed / speed / mirror / still = direct indexing."""
     split = Split(squares, "test")
     allf = torch.from_numpy(split.read_frames(3, np.arange(32))).permute(3, 0, 1, 2)  # (3, T, H, W)
-    views = dict(zip(M.VIEWS, M.video_views(split, 3, FRAMES, 1, SIZE)))
+    views = dict(zip(M.VIEWS, video_views(split, 3, FRAMES, 1, SIZE)))
     s1, s2, s4 = 12, 8, 1  # centred starts at dilation 1, 2, 4 of a 32-frame video
     assert torch.equal(views["clip"], allf[:, s1 : s1 + 8])
     assert torch.equal(views["reversed"], allf[:, s1 : s1 + 8].flip(1))
@@ -206,3 +208,23 @@ def test_pairs_need_labels(tmp_path):
     ckpt = make_checkpoint(tmp_path / "c.pt")
     r = CliRunner().invoke(app, ["motion", str(ckpt), "--data", str(data), "--pair", "Left|Right", "--out", str(tmp_path / "o")])
     assert r.exit_code == 2 and "needs labelled videos" in r.output, r.output
+
+
+@pytest.mark.parametrize("width", [80, 110])
+def test_table_headers_wrap_between_words(width):
+    """Every word of every header stands whole in the printed table at 80 and 110 columns (never ``appearanc|e``)."""
+    from rich.console import Console
+
+    r = {"arrow_of_time_top1": 0.5, "ratio_to_crop": {"reversed": 1.2, "speed2": 0.3, "speed4": 0.5, "mirror": 0.1},
+         "speed_top1": 0.333, "appearance_share": 0.9, "direction_pairs": {"mean": 0.5}}
+    result = {"data": {"videos": 8, "split": "train"}, "protocol": {"frames": 8, "size": 32},
+              "encoders": {"moquad-a-long-run-name": r, "torchvision-r3d_18": r}}
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(M.table(result))
+    lines = console.export_text().splitlines()
+    header = lines[:next(i for i, line in enumerate(lines) if line.startswith("┡"))]
+    words = {w for line in header for cell in line.split("┃") for w in cell.split()}
+    for name in M.COLUMNS:
+        assert set(name.split()) <= words, (name, words)
+    assert max(len(line) for line in lines) <= width
+    assert "33.3%" in lines[-2] + lines[-3] + lines[-4]

@@ -53,8 +53,13 @@ def test_defaults_are_the_papers_main_setting():
     assert (cfg.loader.appearance_op, cfg.loader.motion_ops) == ("rad_inter", ("speed",))
     assert cfg.loader.ad_pos and cfg.loader.intra_neg and cfg.loader.ad_intra_neg
     ev = C.EvalConfig()  # fine-tuning: 100 epochs, batch 32, LARS 0.08, 16 frames at dilation 2; 10 clips per video
-    ft = ev.finetune
-    assert (ft.init, ft.epochs, ft.batch_size, ft.optimizer, ft.lr) == ("checkpoint", 100, 32, "lars", 0.08)
+    from moquad.train.optimizers import finetune_optimizer
+
+    ft, line = finetune_optimizer(ev.finetune, "lars", "the r3d_18 backbone")  # unset: the backbone row's optimizer
+    assert (ft.init, ft.epochs, ft.batch_size, ft.optimizer, ft.lr, ft.weight_decay) == (
+        "checkpoint", 100, 32, "lars", 0.08, 1e-4)
+    assert line == ("finetune: optimizer lars (the r3d_18 backbone's default), lr 0.08, weight decay 0.0001 (lr, "
+                    "weight decay: the paper's fine-tuning setting)")
     assert (ev.frames, ev.dilation, ev.size, ev.num_clips) == (None, None, None, 10)  # the checkpoint's clip
     from moquad.eval.common import with_clip
 
@@ -128,7 +133,9 @@ def test_eval_recipe(path):
     # "densely samples 10 clips from each video"; retrieval: 10 uniform clips averaged
     assert (cfg.size, cfg.num_clips) == (224, 10)
     if path.stem.startswith("finetune"):  # 100 epochs, batch 32, LARS 0.08, 16 frames dilation 2, 3-crop test
-        ft = cfg.finetune
+        from moquad.train.optimizers import finetune_optimizer
+
+        ft = finetune_optimizer(cfg.finetune, "lars", "the r3d_18 backbone")[0]  # a CNN's default: the paper's
         assert (ft.epochs, ft.batch_size, ft.lr, ft.optimizer) == (100, 32, 0.08, "lars")
         assert (cfg.frames, cfg.dilation, cfg.crops) == (16, 2, 3)
     if path.stem.startswith("linear"):  # 32 frames at stride 2, 100 epochs, 3-crop test

@@ -96,13 +96,13 @@ def test_retrieve_end_to_end_with_lance_index(tmp_path, monkeypatch):
 
     from test_features import eval_cfg, make_checkpoint, make_tiny_dataset
 
-    import moquad.eval.common as common
+    import moquad.digest as digest
 
     data = make_tiny_dataset(tmp_path / "data", {"train": 9, "test": 4}, frames=8)
     ckpt = make_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
     cfg = eval_cfg(data, ckpt, tmp_path / "out", ks=(1, 5, 20), index="lance", num_clips=1)
-    hashed, real = [], common._sha256.__wrapped__
-    monkeypatch.setattr(common, "_sha256", functools.lru_cache(lambda path, *key: hashed.append(path) or real(path, *key)))
+    hashed, real = [], digest._sha256.__wrapped__
+    monkeypatch.setattr(digest, "_sha256", functools.lru_cache(lambda path, *key: hashed.append(path) or real(path, *key)))
     res = retrieve(cfg)
     assert hashed == [str(ckpt.resolve())]  # the checkpoint is read for its hash once per command
     assert (tmp_path / "out" / "features" / "train.lance").is_dir()  # extracted first (no cache)

@@ -91,3 +91,20 @@ def test_bad_sources(tmp_path, real_videos_dir):
         make_synth(tmp_path / "b", kind="camera", source=tmp_path / "one", frames=8)
     with pytest.raises(ValueError, match="--classes must be between 1 and 6 for --kind camera"):
         make_synth(tmp_path / "c", kind="camera", classes=7, source=real_videos_dir)
+
+
+def test_files_that_are_not_videos_are_skipped_and_named(tmp_path):
+    """``--source`` holding files that are not readable videos (noise, no video stream, truncated): they are skipped,
+    not a traceback; with too few videos left the error names them."""
+    from test_video_file import bad_videos, write_avi
+
+    from moquad.synth_camera import load_sources
+
+    bad = bad_videos(tmp_path / "src")
+    with pytest.raises(ValueError) as e:
+        load_sources(tmp_path / "src", size=16, frames=8)
+    assert "found 0" in str(e.value) and all(f"{p}: not a readable video" in str(e.value) for p in bad.values())
+    write_avi(tmp_path / "src" / "a.avi")
+    write_avi(tmp_path / "src" / "b.avi", frames=10)
+    got = load_sources(tmp_path / "src", size=16, frames=8)
+    assert [(name, len(x)) for name, x in got] == [("a.avi", 12), ("b.avi", 10)]

@@ -162,7 +162,8 @@ def extract_tokens(encoder: Encoder, split: Split, rows: np.ndarray, cfg: EvalCo
 
     device = resolve_device(cfg.device)
     encoder = encoder.to(device).eval()
-    views = TestViews(split, rows, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops)
+    views = TestViews(split, rows, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops,
+                      encoder.framing)
     loader = torch.utils.data.DataLoader(views, batch_size=None, shuffle=False, num_workers=cfg.workers)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}.npy")
@@ -281,25 +282,24 @@ def attentive(cfg: EvalConfig, *, encoder: Encoder | None = None, json_path: str
     from moquad.eval.clips import labelled
     from moquad.eval.common import (
         check_unchanged,
-        copy_result,
-        frozen_encoder,
-        labelled_splits,
         out_dir,
-        record,
         resolve_device,
-        result_path,
         snapshot,
+        start,
     )
-    from moquad.eval.encoders import fill_clip
-    from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
+    from moquad.eval.report import (
+        accuracy_report,
+        accuracy_tables,
+        finish,
+        protocol_table,
+        provenance,
+    )
 
-    path = result_path(cfg, "attentive.json", overwrite)
-    encoder = encoder or frozen_encoder(cfg.checkpoint)
-    cfg = fill_clip(cfg, encoder)
+    begun = start(cfg, encoder, "attentive.json", overwrite, "the attentive probe")
+    cfg, encoder, train, test = begun.cfg, begun.encoder, begun.train, begun.test
     with torch.inference_mode():  # the token width, before a pass over the data
         width = encoder.tokens(torch.zeros(1, 3, cfg.frames, cfg.size, cfg.size)).shape[1]
     _check_heads(width, cfg.attentive.heads)
-    train, test = labelled_splits(cfg, "the attentive probe")
     classes = store.classes(cfg.data)
     before = snapshot(encoder)
     tokens = {s.split: extract_tokens(encoder, s, labelled(s), cfg, out_dir(cfg) / "tokens" / f"{s.split}.npy",
@@ -311,12 +311,8 @@ def attentive(cfg: EvalConfig, *, encoder: Encoder | None = None, json_path: str
                         device, show=True)
     probs = predict(clf, tokens[test.split], device=device)
     report = accuracy_report(probs, test.label[labelled(test)], classes)
-    result = provenance(cfg, train, test)
-    result.update(task="attentive", protocol=_protocol(cfg, encoder, tokens[test.split].shape[2]),
-                  encoder=encoder.record(), **report)
-    record(result, cfg)
-    path = write_result(result, path, [*accuracy_tables("attentive probe", report),
-                                       protocol_table("protocol", result)], quiet=quiet)
-    copy_result(path, json_path)
-    result["json"] = str(path)
+    result = provenance(cfg, train, test, encoder)
+    result.update(task="attentive", protocol=_protocol(cfg, encoder, tokens[test.split].shape[2]), **report)
+    finish(result, cfg, encoder, begun.path, lambda r: [*accuracy_tables("attentive probe", report),
+                                                         protocol_table("protocol", r)], json_path, quiet)
     return result

@@ -1,9 +1,12 @@
 """Class-activation maps over a video's frames, drawn as an image strip (the paper's Fig. 5).
 
-The clip: ``cfg.frames`` frames at ``cfg.dilation`` from the middle of the video, short side
-resized to ``cfg.size``, centre crop. The map is computed on the backbone's last feature
-map (the input of its global average pool, found as the last ``AdaptiveAvgPool3d``), then
-upsampled (trilinear) to the clip and min-max scaled to [0, 1] over the whole clip.
+The encoder: any name of the encoder table (a moquad checkpoint or export, ``torchvision:ARCH[:WEIGHTS]``,
+``hf:NAME``), resolved once by the command. The clip: ``cfg.frames`` frames at ``cfg.dilation`` from the middle
+of the video, framed as the encoder's family frames it (:class:`moquad.eval.encoders.Framing`), centre crop
+``cfg.size``. The map is computed on a CNN trunk's last feature map (the input of its global average pool, found
+as the last ``AdaptiveAvgPool3d``), or on another encoder's token grid (:meth:`Encoder.tokens`, as the attentive
+probe reads it), then upsampled (trilinear) to the clip and min-max scaled to [0, 1] over the whole clip.
+``auto`` falls back to ``norm`` for an encoder without a projection head (torchvision, Hugging Face).
 
 Activation (``method``):
 
@@ -44,34 +47,35 @@ import torch.nn.functional as F
 from torch import nn
 
 from moquad.config import EvalConfig, to_dict
-from moquad.data.augment import normalize
 from moquad.data.clip_frames import uniform_clips
 from moquad.data.store import Split
+from moquad.data.video_file import decode_frames
+from moquad.digest import sha256_file
 from moquad.eval.clips import spatial_crops
-from moquad.eval.common import out_dir, sha256_file
+from moquad.eval.common import eval_folder, need_encoder, with_clip
+from moquad.eval.encoders import Encoder
+from moquad.eval.finetune import load_classifier
 from moquad.io import atomic_write_text
 from moquad.models.backbones import BACKBONES, TokenMap
-from moquad.train.checkpoint import load_model
+from moquad.models.hooks import pool_input, tensor_of, token_output
+from moquad.record import environment
 
 METHODS = ("auto", "classifier", "projection", "norm")
 
 
 def _decode_file(path: Path, short_side: int) -> np.ndarray:
-    """All frames of a raw video (PyAV), each resized so its short side is ``short_side`` -> (T, H, W, 3)."""
-    import av
+    """All frames of a raw video (PyAV), each resized so its short side is at most ``short_side`` -> (T, H, W, 3);
+    a file that is not a readable video: the one-line error (:mod:`moquad.data.video_file`)."""
     from PIL import Image
 
-    frames = []
-    with av.open(str(path), metadata_errors="replace") as container:
-        for frame in container.decode(video=0):  # decode order; never re-sorted by pts
-            img = frame.to_image()
-            scale = short_side / min(img.size)
-            if scale < 1:
-                img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.BILINEAR)
-            frames.append(np.asarray(img.convert("RGB")))
-    if not frames:
-        raise ValueError(f"{path} has no decodable video frames")
-    return np.stack(frames)
+    def convert(frame: Any) -> np.ndarray:
+        img = frame.to_image()
+        scale = short_side / min(img.size)
+        if scale < 1:
+            img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.BILINEAR)
+        return np.asarray(img.convert("RGB"))
+
+    return decode_frames(path, convert)
 
 
 def _find_video(cfg: EvalConfig, video_id: str) -> tuple[Split, int]:
@@ -85,11 +89,13 @@ def _find_video(cfg: EvalConfig, video_id: str) -> tuple[Split, int]:
                             f"(searched manifests: {', '.join(manifests) or 'none'})")
 
 
-def load_clip(video: str, cfg: EvalConfig) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The middle clip of ``video`` (file path or video_id in ``cfg.data``) -> uint8 (3, T, S, S), source info."""
+def load_clip(video: str, cfg: EvalConfig, framing: Any = None) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The middle clip of ``video`` (file path or video_id in ``cfg.data``) -> uint8 (3, T, S, S), source info;
+    ``framing``: the encoder's (None: the short side resized to the crop)."""
     path = Path(video)
+    short_side = framing.short_side(cfg.size) if framing is not None else cfg.size
     if path.is_file():
-        frames = _decode_file(path, cfg.size)
+        frames = _decode_file(path, short_side)
         idx = uniform_clips(len(frames), cfg.frames, cfg.dilation, 1)[0]
         clip = torch.from_numpy(frames[idx])
         info = {"video": str(path.resolve()), "sha256": sha256_file(path), "num_frames": len(frames)}
@@ -103,50 +109,17 @@ def load_clip(video: str, cfg: EvalConfig) -> tuple[torch.Tensor, dict[str, Any]
                 "data": str(Path(cfg.data).resolve()), "manifest_checksum": split.checksum_value,
                 "num_frames": int(split.num_frames[i])}
     info["frame_indices"] = idx.tolist()
-    return spatial_crops(clip, cfg.size, 1)[0], info
-
-
-def _pool_input(backbone: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Run the backbone and return the feature map entering its last global pool (1, C, t, h, w)."""
-    pools = [m for m in backbone.modules() if isinstance(m, nn.AdaptiveAvgPool3d)]
-    if not pools:
-        raise ValueError(f"{type(backbone).__name__} has no AdaptiveAvgPool3d; CAM needs the pre-pool feature map")
-    seen: list[torch.Tensor] = []
-    handle = pools[-1].register_forward_pre_hook(lambda _m, inp: seen.append(inp[0]))
-    try:
-        backbone(x)
-    finally:
-        handle.remove()
-    return seen[-1]
-
-
-def _tensor(out: Any) -> torch.Tensor:
-    """The tensor of a hooked module's output (MViT blocks return ``(tokens, thw)``)."""
-    return out[0] if isinstance(out, tuple) else out
+    return spatial_crops(clip, cfg.size, 1, framing)[0], info
 
 
 def token_cam(backbone: nn.Module, tokens: TokenMap, x: torch.Tensor,
               score: Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, Any]]]) -> tuple[torch.Tensor, dict]:
     """Gradient-weighted tokens of a transformer: ``relu(sum_c A * dS/dA)`` on the (t, h, w) token grid, where A is
     ``tokens.to_map`` of the output of ``tokens.module`` and ``S, info = score(backbone(x))``."""
-    seen: list[Any] = []
-
-    def keep(_m: nn.Module, _i: Any, out: Any) -> Any:
-        t = _tensor(out)
-        if not t.requires_grad:  # frozen weights: the tokens start the graph themselves
-            t = t.detach().requires_grad_()
-            out = (t, *out[1:]) if isinstance(out, tuple) else t
-        seen.append(out)
-        return out
-
-    handle = backbone.get_submodule(tokens.module).register_forward_hook(keep)
-    try:
-        with torch.enable_grad():
-            s, info = score(backbone(x))
-            out = seen[-1]
-            (grad,) = torch.autograd.grad(s, _tensor(out))
-    finally:
-        handle.remove()
+    with torch.enable_grad():
+        y, out = token_output(backbone, tokens, x, grad=True)
+        s, info = score(y)
+        (grad,) = torch.autograd.grad(s, tensor_of(out))
     rest = out[1:] if isinstance(out, tuple) else None
     a = tokens.to_map(out)
     g = tokens.to_map((grad, *rest) if rest is not None else grad)
@@ -176,14 +149,20 @@ def _scores(method: str, head: nn.Module, fc: nn.Linear | None) -> Callable[[tor
     return {"classifier": classifier, "projection": projection, "norm": norm}[method]
 
 
-def activation_map(model: nn.Module, arch: str, x: torch.Tensor, method: str,
-                   fc: nn.Linear | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The (t, h, w) activation of normalised clip ``x`` (1, 3, T, H, W): a CNN's pre-pool map through
-    :func:`activation`, a transformer's gradient-weighted tokens (:func:`token_cam`), as the backbone row says."""
-    tokens = BACKBONES[arch].tokens
+def activation_map(encoder: Encoder, x: torch.Tensor, method: str, fc: nn.Linear | None = None,
+                   backbone: nn.Module | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The (t, h, w) activation of normalised clip ``x`` (1, 3, T, H, W): a moquad or torchvision trunk's pre-pool
+    map through :func:`activation`, or its transformer's gradient-weighted tokens (:func:`token_cam`), as its
+    backbone row says; any other encoder's token grid (:meth:`Encoder.tokens`, as the attentive probe reads it)
+    through :func:`activation`. ``backbone``: a fine-tuned copy of the trunk to use instead (with ``fc``)."""
+    head = encoder.parts["head"]
+    if "backbone" not in encoder.info:  # no trunk of the backbone table: the encoder's own token grid
+        return activation(encoder.tokens(x), method, head=head, fc=fc)
+    trunk = backbone if backbone is not None else encoder.net
+    tokens = BACKBONES[encoder.info["backbone"]].tokens
     if tokens is None:
-        return activation(_pool_input(model.backbone, x), method, head=model.head, fc=fc)
-    return token_cam(model.backbone, tokens, x, _scores(method, model.head, fc))
+        return activation(pool_input(trunk, x), method, head=head, fc=fc)
+    return token_cam(trunk, tokens, x, _scores(method, head, fc))
 
 
 def activation(fmap: torch.Tensor, method: str, head: nn.Module | None = None,
@@ -251,47 +230,54 @@ def _strip(clip: torch.Tensor, amap: np.ndarray, path: Path, title: str, shown: 
     plt.close(fig)
 
 
+def _classifier(cfg: EvalConfig, encoder: Encoder, method: str,
+                classifier: str | None) -> tuple[Path | None, Any, list[str] | None]:
+    """The fine-tuned classifier CAM's ``classifier`` method reads: ``classifier``, else ``finetune_model.pt`` of
+    the evaluation folder when it was fine-tuned from this encoder -> (its path, the network, its classes)."""
+    folder = Path(cfg.out) if cfg.out else eval_folder(cfg.checkpoint) if encoder.file is not None else None
+    path = Path(classifier) if classifier else folder / "finetune_model.pt" if folder else None
+    if method not in ("auto", "classifier") or path is None or not path.is_file():
+        return None, None, None
+    net, saved = load_classifier(path)
+    if classifier or saved.get("source_sha256") == encoder.sha256():
+        return path, net, saved["classes"]
+    return None, None, None
+
+
 @torch.no_grad()
 def cam(video: str, cfg: EvalConfig, out: str | Path, *, method: str = "auto", classifier: str | None = None,
-        shown: int = 8) -> Path:
-    """Draw the activation strip of ``video`` -> PNG path (a JSON with the provenance sits beside it)."""
+        shown: int = 8, encoder: Encoder | None = None) -> Path:
+    """Draw the activation strip of ``video`` -> PNG path (a JSON with the provenance sits beside it). ``encoder``:
+    the one the command resolved (default: the one ``cfg.checkpoint`` names: any encoder name)."""
     if method not in METHODS:
         raise ValueError(f"unknown CAM method {method!r}; choose one of {', '.join(METHODS)}")
-    if not cfg.checkpoint or not Path(cfg.checkpoint).is_file():
-        raise FileNotFoundError(f"checkpoint {cfg.checkpoint!r} not found; pass --checkpoint RUN/checkpoints/last.pt")
-    clip, info = load_clip(video, cfg)
-    model, ckpt = load_model(cfg.checkpoint)
-    ckpt_sha = sha256_file(cfg.checkpoint)
-    fc, classes = None, None
-    cls_path = Path(classifier) if classifier else out_dir(cfg) / "finetune_model.pt"
-    if method in ("auto", "classifier") and cls_path.is_file():
-        from moquad.eval.finetune import load_classifier
-
-        net, saved = load_classifier(cls_path)
-        if classifier or saved.get("source_sha256") == ckpt_sha:
-            model.backbone, fc, classes = net.backbone, net.fc, saved["classes"]
+    encoder = need_encoder(cfg, encoder, "cam").to("cpu").eval()
+    cfg = with_clip(cfg, encoder)
+    clip, info = load_clip(video, cfg, encoder.framing)
+    cls_path, net, classes = _classifier(cfg, encoder, method, classifier)
     if method == "auto":
-        method = "classifier" if fc is not None else "projection"
-    model.eval()
-    amap, extra = activation_map(model, ckpt["config"]["backbone"], normalize(clip[None], torch.device("cpu")),
-                                 method, fc=fc)
+        method = "classifier" if net is not None else "projection" if encoder.parts["head"] is not None else "norm"
+    amap, extra = activation_map(encoder, encoder.normalize(clip[None], "cpu"), method,
+                                 fc=net.fc if net is not None else None, backbone=net.backbone if net is not None else None)
     amap = F.interpolate(amap[None, None], size=clip.shape[1:], mode="trilinear", align_corners=False)[0, 0]
     amap = (amap - amap.min()) / (amap.max() - amap.min()).clamp_min(1e-12)
     if "pred" in extra and classes:
         extra["pred_class"] = classes[extra["pred"]] if extra["pred"] < len(classes) else str(extra["pred"])
-
     out = Path(out)
     if out.suffix.lower() != ".png":
         name = re.sub(r"[^A-Za-z0-9_-]+", "_", info.get("video_id") or Path(info["video"]).stem)
         out = out / f"cam_{name}.png"
     out.parent.mkdir(parents=True, exist_ok=True)
-    title = f"{info.get('video_id') or Path(info['video']).name} | {method}"
+    title = f"{info.get('video_id') or Path(info['video']).name} | {encoder.label} | {method}"
     if "pred_class" in extra:
         title += f" | pred {extra['pred_class']} ({100 * extra['prob']:.0f}%)"
     _strip(clip, amap.numpy(), out, title, shown, info["frame_indices"])
     record = {"task": "cam", "method": method, "source": info, **extra,
-              "classifier": str(cls_path) if fc is not None else None, "config": to_dict(cfg),
-              "checkpoint": {"path": str(Path(cfg.checkpoint).resolve()), "sha256": ckpt_sha},
-              "clip": f"{cfg.frames} frames, dilation {cfg.dilation}, middle of the video, centre crop {cfg.size}"}
+              "classifier": str(cls_path) if net is not None else None, "config": to_dict(cfg),
+              "checkpoint": {"path": str(Path(cfg.checkpoint).resolve()) if Path(cfg.checkpoint).exists() else
+                             cfg.checkpoint, "sha256": encoder.sha256()}, "encoder": encoder.record(),
+              "clip": f"{cfg.frames} frames, dilation {cfg.dilation}, middle of the video, "
+                      f"{encoder.framing.text(cfg.size)}",
+              "environment": environment()}  # the commit, the lock and the machine, as every result
     atomic_write_text(out.with_suffix(".json"), json.dumps(record, indent=2) + "\n")
     return out

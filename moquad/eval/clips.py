@@ -4,7 +4,9 @@ Temporal: the clip rule of pre-training (:mod:`moquad.data.clip_frames`): ``num_
 evenly spaced starts (one clip: centred); a video shorter than a clip's span is stretched (never looped
 or clamped). Training clips of the linear probe and fine-tuning start at random.
 
-Spatial: the short side is resized to ``size`` (bilinear, antialiased) and then either the centre
+Spatial: the short side is resized as the encoder's authors frame it (:class:`moquad.eval.encoders.Framing`: V-JEPA 2
+``size * 292 / 256``, torchvision's Kinetics weights ``size * 128 / 112``; a moquad network ``size`` itself;
+bilinear, antialiased) and then either the centre
 ``size x size`` square is taken, or 3 squares along the long side (left/centre/right for landscape,
 top/centre/bottom for portrait), as in SlowFast's 3-crop test. Training: short side ``size * 8 / 7``,
 random square crop, random horizontal flip unless the protocol's ``flip`` is off
@@ -44,6 +46,11 @@ class PretrainClip:
         """The evaluation dilation of this encoder: the paper's (2) clamped to the range its clips were drawn
         over, so (1, 2, 4) -> 2, (1, 4) -> 2, (4, 8) -> 4, a method whose clips are all at ``simclr_dilation`` 3 -> 3."""
         return min(max(EVAL_DILATION, self.dilations[0]), self.dilations[-1])
+
+    def matches(self, frames: int, size: int, dilation: int | None) -> bool:
+        """Whether a clip of ``frames`` x ``size`` at ``dilation`` (None: not compared) is this one: the same frames
+        and size, a dilation in the range it was pre-trained over."""
+        return (frames, size) == (self.frames, self.size) and (dilation is None or self.fits(dilation))
 
     def fits(self, dilation: int) -> bool:
         """Whether ``dilation`` lies in the range the encoder was pre-trained over (a speed between two it saw)."""
@@ -85,23 +92,27 @@ def _dilations(method: Any, loader: Mapping[str, Any]) -> tuple[int, ...]:
     return tuple(sorted(int(d) for d in loader["dilations"]))
 
 
-def resize_short(x: torch.Tensor, size: int) -> torch.Tensor:
-    """uint8 (T, H, W, 3) -> float (3, T, h, w) with min(h, w) == size (values still 0..255)."""
+def resize_short(x: torch.Tensor, size: int, antialias: bool = True, shape: tuple[int, int] | None = None) -> torch.Tensor:
+    """uint8 (T, H, W, 3) -> float (3, T, h, w) with min(h, w) == size and the long side in proportion, or (h, w) ==
+    ``shape``; values still 0..255. ``antialias``: filter before a downscale (off: as torchvision's video weights'
+    transforms resize)."""
     t, h, w, _ = x.shape
     scale = size / min(h, w)
-    nh, nw = max(size, round(h * scale)), max(size, round(w * scale))
+    nh, nw = shape or (max(size, round(h * scale)), max(size, round(w * scale)))
     y = x.permute(0, 3, 1, 2).float()  # (T, 3, H, W)
     if (nh, nw) != (h, w):
-        y = F.interpolate(y, size=(nh, nw), mode="bilinear", align_corners=False, antialias=True)
+        y = F.interpolate(y, size=(nh, nw), mode="bilinear", align_corners=False, antialias=antialias)
     return y.permute(1, 0, 2, 3)
 
 
-def spatial_crops(x: torch.Tensor, size: int, crops: int) -> torch.Tensor:
-    """uint8 frames (T, H, W, 3) -> uint8 (crops, 3, T, size, size); see module docstring."""
-    y = resize_short(x, size)
+def spatial_crops(x: torch.Tensor, size: int, crops: int, framing: Any = None) -> torch.Tensor:
+    """uint8 frames (T, H, W, 3) -> uint8 (crops, 3, T, size, size): the short side resized as the encoder's
+    ``framing`` says (:class:`moquad.eval.encoders.Framing`; None: to ``size``), then ``crops`` squares."""
+    y = (resize_short(x, size) if framing is None else
+         resize_short(x, size, framing.antialias, framing.resized(x.shape[1], x.shape[2], size)))
     _, _, h, w = y.shape
     if crops == 1:  # EvalConfig.crops: 1 or 3
-        offsets = [((h - size) // 2, (w - size) // 2)]
+        offsets = [framing.centre(h, w, size) if framing is not None else ((h - size) // 2, (w - size) // 2)]
     elif w >= h:
         offsets = [((h - size) // 2, x0) for x0 in (0, (w - size) // 2, w - size)]
     else:
@@ -121,12 +132,14 @@ def random_crop_flip(x: torch.Tensor, size: int, flip: bool, rng: np.random.Gene
     return y.round_().clamp_(0, 255).to(torch.uint8)
 
 
-def eval_clips(split: Split, i: int, frames: int, dilation: int, num_clips: int, size: int, crops: int) -> torch.Tensor:
-    """All test views of video ``i`` -> uint8 (num_clips * crops, 3, frames, size, size), clip-major."""
+def eval_clips(split: Split, i: int, frames: int, dilation: int, num_clips: int, size: int, crops: int,
+               framing: Any = None) -> torch.Tensor:
+    """All test views of video ``i`` -> uint8 (num_clips * crops, 3, frames, size, size), clip-major, framed as
+    ``framing`` says (:func:`spatial_crops`)."""
     idx = uniform_clips(int(split.num_frames[i]), frames, dilation, num_clips)
     decoded = torch.from_numpy(split.read_frames(i, idx.reshape(-1)))
     per_clip = decoded.view(num_clips, frames, *decoded.shape[1:])
-    return torch.cat([spatial_crops(c, size, crops) for c in per_clip])
+    return torch.cat([spatial_crops(c, size, crops, framing) for c in per_clip])
 
 
 def labelled(split: Split) -> np.ndarray:
@@ -154,12 +167,13 @@ class TrainClips(torch.utils.data.Dataset):
 
 
 class TestViews(torch.utils.data.Dataset):
-    """(row, all deterministic test views) of each video of ``rows``."""
+    """(row, all deterministic test views) of each video of ``rows``; ``framing``: the encoder's
+    (:class:`moquad.eval.encoders.Framing`; None: the short side resized to the crop)."""
 
     def __init__(self, split: Split, rows: np.ndarray | list[int], frames: int, dilation: int, num_clips: int,
-                 size: int, crops: int):
+                 size: int, crops: int, framing: Any = None):
         self.split, self.rows = split, rows
-        self.args = (frames, dilation, num_clips, size, crops)
+        self.args = (frames, dilation, num_clips, size, crops, framing)
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,10 +16,10 @@ from torch import nn
 
 from moquad import dist
 from moquad.config import EvalConfig
-from moquad.data.store import Split
+from moquad.data.store import Split, classes
 from moquad.errors import MoquadError
 from moquad.eval.clips import PretrainClip, pretrain_clip
-from moquad.io import atomic_write_bytes
+from moquad.eval.encoders import Encoder, load_encoder
 
 CLIP_KEYS = ("frames", "size", "dilation")  # EvalConfig's clip settings: None = the checkpoint's
 
@@ -41,98 +39,48 @@ def dist_env() -> tuple[int, int]:
     return 0, 1
 
 
-def sha256_file(path: str | Path) -> str:
-    """sha256 hex digest of a file (the checkpoint's identity in every result).
-
-    Read once per file version: a command asks for it from extraction (each split) and the result's
-    provenance, so the digest is kept, keyed by the file's path, size and modification time."""
-    st = os.stat(path)
-    return _sha256(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
-
-
-def checkpoint_sha256(path: str | Path) -> str:
-    """:func:`sha256_file` of a checkpoint (another encoder name: :meth:`Encoder.sha256`), with the error a user acts
-    on when it is missing."""
-    if not is_checkpoint(path) and not Path(path).is_file():
-        return frozen_encoder(str(path)).sha256()
-    return sha256_file(_need_checkpoint(path))
-
-
-def is_checkpoint(name: str | Path | None) -> bool:
-    """Whether ``name`` (``EvalConfig.checkpoint``) is a ``moquad pretrain`` checkpoint (or a path meant as one),
-    not another encoder name (an export ``.safetensors``, ``torchvision:ARCH``, ``hf:NAME``)."""
-    from moquad.eval.encoders import parse_spec
-
-    if not name:
-        return False
-    if Path(name).is_file():
-        return Path(name).suffix != ".safetensors"
-    _, scheme, rest = parse_spec(str(name))
-    return scheme == "" and "=" not in str(name) and Path(rest).suffix != ".safetensors"
-
-
-def frozen_encoder(name: str) -> Any:
+def frozen_encoder(name: str) -> Encoder:
     """The frozen :class:`moquad.eval.encoders.Encoder` a name means, loaded once per name and file version (a
-    protocol asks for it when it fills the clip, hashes, extracts): do not train it (fine-tuning loads its own)."""
+    command resolves it once; a library call that resolves it again gets the same one): do not train it
+    (fine-tuning trains a copy, :meth:`Encoder.trainable`)."""
     path = Path(name if Path(name).exists() else name.rpartition(":")[2])
     files = sorted(f for f in path.iterdir() if f.is_file()) if path.is_dir() else [path] if path.is_file() else []
     return _encoder(name, tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
 
 
 @functools.lru_cache(maxsize=2)
-def _encoder(name: str, _stamp: Any) -> Any:
-    from moquad.eval.encoders import load_encoder
-
+def _encoder(name: str, _stamp: Any) -> Encoder:
     return load_encoder(name)
 
 
-def _need_checkpoint(path: str | Path) -> str | Path:
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"checkpoint {path} not found; pass --checkpoint RUN/checkpoints/last.pt")
-    return path
+def encoder_of(cfg: EvalConfig, encoder: Encoder | None = None) -> Encoder | None:
+    """The encoder a protocol evaluates: ``encoder`` when its command resolved it, else the one ``cfg.checkpoint``
+    names (:func:`frozen_encoder`); None without a name (fine-tuning from random init)."""
+    if encoder is not None or not cfg.checkpoint:
+        return encoder
+    return frozen_encoder(cfg.checkpoint)
 
 
-@functools.lru_cache(maxsize=64)
-def _sha256(path: str, size: int, mtime_ns: int, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+def need_encoder(cfg: EvalConfig, encoder: Encoder | None, task: str) -> Encoder:
+    """:func:`encoder_of`, or the one-line error of a protocol that has no encoder to evaluate."""
+    found = encoder_of(cfg, encoder)
+    if found is None:
+        raise MoquadError(f"{task} needs an encoder; pass --encoder RUN/checkpoints/last.pt (or another encoder name)")
+    return found
 
 
-def checkpoint_facts(path: str | Path) -> dict[str, Any]:
-    """``config``, ``step`` and ``epoch`` of a checkpoint, read once per file version (as :func:`sha256_file`)."""
-    st = os.stat(_need_checkpoint(path))
-    return _facts(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=8)
-def _facts(path: str, size: int, mtime_ns: int) -> dict[str, Any]:
-    from moquad.train.checkpoint import load
-
-    ckpt = load(path)
-    return {"config": ckpt.get("config") or {}, "step": ckpt.get("step"), "epoch": ckpt.get("epoch")}
-
-
-def trained_clip(cfg: EvalConfig) -> PretrainClip | None:
-    """The pre-training clip of ``cfg.checkpoint`` (:func:`moquad.eval.clips.pretrain_clip`); None without one, or
-    when it names another encoder."""
-    return pretrain_clip(checkpoint_facts(cfg.checkpoint)["config"]) if is_checkpoint(cfg.checkpoint) else None
-
-
-def with_clip(cfg: EvalConfig, *, warn: bool = False) -> EvalConfig:
-    """``cfg`` with each clip setting left unset (None) taken from the checkpoint's pre-training clip (none: the
-    paper's 16 x 224 at dilation 2; the dilation: :attr:`PretrainClip.dilation`). ``warn``: one ``warning:`` line on stderr when a setting given by a flag or
-    a recipe differs from the pre-training clip, naming both and who set it (the commands warn, once)."""
-    if cfg.checkpoint and not is_checkpoint(cfg.checkpoint):  # another encoder: its native clip, or the refusal
-        from moquad.eval.encoders import fill_clip
-
-        return fill_clip(cfg, frozen_encoder(cfg.checkpoint))
-    trained = trained_clip(cfg)
-    clip = trained or pretrain_clip(None)
-    filled = dataclasses.replace(cfg, **{k: getattr(clip, k) for k in CLIP_KEYS if getattr(cfg, k) is None})
-    line = clip_warning(filled, trained, cfg.recipe) if warn and trained else None
+def with_clip(cfg: EvalConfig, encoder: Encoder | None = None, *, warn: bool = False) -> EvalConfig:
+    """``cfg`` with each clip setting left unset (None) taken from the encoder's clip (a moquad checkpoint's: its
+    pre-training clip; another's: its native clip; none: the paper's 16 x 224 at dilation 2), and the one-line
+    error when the encoder cannot take the result. ``warn``: one ``warning:`` line on stderr when a setting given
+    by a flag or a recipe differs from the clip a checkpoint was pre-trained at, naming both and who set it (the
+    commands warn, once). ``encoder``: the one the command resolved (default: the one ``cfg.checkpoint`` names)."""
+    encoder = encoder_of(cfg, encoder)
+    if encoder is None:
+        clip = pretrain_clip(None)
+        return dataclasses.replace(cfg, **{k: getattr(clip, k) for k in CLIP_KEYS if getattr(cfg, k) is None})
+    filled = encoder.fill(cfg)
+    line = clip_warning(filled, encoder.pretrained, cfg.recipe) if warn and encoder.pretrained else None
     if line and dist.env_ranks()[0] == 0:  # one line, not one per rank under torchrun
         print(line, file=sys.stderr, flush=True)
     return filled
@@ -144,11 +92,11 @@ def clip_warning(cfg: Any, trained: PretrainClip, recipe: str | None = None, *, 
     ``cfg``'s frames / size / dilation (any object with those; dilation None: not compared) differ from
     ``trained``; else None. A setting ``recipe`` gives is named as the recipe's (``recipe
     eval/linear_ucf101.yaml sets frames``); ``who`` replaces the whole "who set it" part."""
+    if trained.matches(cfg.frames, cfg.size, getattr(cfg, "dilation", None)):
+        return None
     differ = [k for k in ("frames", "size") if getattr(cfg, k) != getattr(trained, k)]
     if getattr(cfg, "dilation", None) is not None and not trained.fits(cfg.dilation):
         differ.append("dilation")
-    if not differ:
-        return None
 
     def at(frames: int, size: int, dilation: Any) -> str:
         return f"{frames}x{size}" + (f" at dilation {dilation}" if "dilation" in differ else "")
@@ -174,53 +122,6 @@ def _recipe_values(recipe: str | None) -> dict[str, Any]:
         return {}
 
 
-def clip_record(cfg: EvalConfig) -> dict[str, Any]:
-    """What a result records of its clip and test views, and of the clip the encoder was pre-trained at."""
-    trained = trained_clip(cfg)
-    return {
-        "clip": {"frames": cfg.frames, "size": cfg.size, "dilation": cfg.dilation,
-                 "model_input": trained.model_input if trained else pretrain_clip(None).model_input,
-                 "pretrained": dataclasses.asdict(trained) if trained else None,
-                 "matches_pretraining": None if trained is None else clip_warning(cfg, trained) is None},
-        "views": {"clips": cfg.num_clips, "crops": cfg.crops, "per_video": cfg.num_clips * cfg.crops},
-    }
-
-
-def record(result: dict[str, Any], cfg: EvalConfig) -> dict[str, Any]:
-    """Add to ``result`` (from :func:`moquad.eval.report.provenance`) the clip, test views, checkpoint step and
-    epoch, and the same in its ``protocol`` (the rows of the text table)."""
-    rec = clip_record(cfg)
-    result.update(rec)
-    if cfg.checkpoint and not is_checkpoint(cfg.checkpoint):
-        result.setdefault("encoder", frozen_encoder(cfg.checkpoint).record())
-    elif result.get("checkpoint") and cfg.checkpoint:
-        facts = checkpoint_facts(cfg.checkpoint)
-        result["checkpoint"].update(step=facts["step"], epoch=facts["epoch"])
-    clip, trained = rec["clip"], rec["clip"]["pretrained"]
-    rows = {"clip": f"{clip['frames']} frames x {clip['size']} px, dilation {clip['dilation']}, input "
-                    f"{clip['model_input']}" + ("" if trained is None else
-                    f"; pre-trained at {trained['frames']} x {trained['size']}, dilations "
-                    f"{','.join(map(str, trained['dilations']))}" + ("" if clip["matches_pretraining"] else
-                                                                     " (DIFFERENT)")),
-            "test views": f"{cfg.num_clips} clip{'s' * (cfg.num_clips != 1)} x {cfg.crops} "
-                          f"crop{'s' * (cfg.crops != 1)} per video"}
-    if result.get("checkpoint") and result["checkpoint"].get("step") is not None:  # a moquad checkpoint's
-        rows["checkpoint step"] = f"{result['checkpoint'].get('step')} (epoch {result['checkpoint'].get('epoch')})"
-    result["protocol"] = {**rows, **result.get("protocol", {})}
-    return result
-
-
-def copy_result(written: str | Path, json_path: str | Path | None) -> Path | None:
-    """``--json PATH``: a copy of the result JSON ``written`` (in RUN/eval) at ``json_path``, nothing else beside
-    it; rank 0 writes."""
-    if json_path is None or Path(json_path).resolve() == Path(written).resolve():
-        return None
-    if dist.is_dist() and dist.get_rank() != 0:
-        return Path(json_path)
-    atomic_write_bytes(json_path, Path(written).read_bytes())
-    return Path(json_path)
-
-
 def run_folder(checkpoint: str | Path) -> Path:
     """The run folder a checkpoint belongs to: ``RUN`` of ``RUN/checkpoints/last.pt``, else the file's folder."""
     ckpt = Path(checkpoint)
@@ -238,7 +139,7 @@ def out_dir(cfg: EvalConfig) -> Path:
         return Path(cfg.out)
     if not cfg.checkpoint:
         raise MoquadError("no checkpoint to put the results beside; pass --out DIR")
-    if not is_checkpoint(cfg.checkpoint) and not Path(cfg.checkpoint).is_file():
+    if not Path(cfg.checkpoint).is_file():  # torchvision:ARCH, hf:NAME: no file, so no run folder
         raise MoquadError(f"encoder {cfg.checkpoint} has no run folder to put the results beside; pass --out DIR")
     return eval_folder(cfg.checkpoint)
 
@@ -296,3 +197,30 @@ def check_unchanged(module: nn.Module, before: dict[str, torch.Tensor], what: st
                            "the result is invalid: weights or BN statistics must stay as in the checkpoint")
 
 
+@dataclasses.dataclass
+class Start:
+    """What a protocol starts from: its encoder (None: fine-tuning from random init with no name), ``cfg`` with its
+    clip filled, where its result goes, and its labelled (train, test) splits."""
+
+    encoder: Encoder | None
+    cfg: EvalConfig
+    path: Path
+    train: Split
+    test: Split
+    device: torch.device
+    classes: list[str]
+    rank: int = 0
+    world: int = 1
+
+
+def start(cfg: EvalConfig, encoder: Encoder | None, result: str, overwrite: bool, task: str, *,
+          need: bool = True) -> Start:
+    """A protocol's start in one place: the encoder its command resolved (default: the one ``cfg.checkpoint`` names;
+    ``need``: none is the one-line error), where its result ``result`` goes (:func:`result_path`), ``cfg`` with the
+    clip settings it leaves unset filled from the encoder (:func:`with_clip`), its labelled splits, its device and
+    its rank among ``world`` (the process group started from torchrun's environment when needed)."""
+    encoder = need_encoder(cfg, encoder, task) if need else encoder_of(cfg, encoder)
+    path = result_path(cfg, result, overwrite)
+    cfg = with_clip(cfg, encoder)
+    train, test = labelled_splits(cfg, task)
+    return Start(encoder, cfg, path, train, test, resolve_device(cfg.device), classes(cfg.data), *dist_env())

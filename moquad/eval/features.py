@@ -42,13 +42,12 @@ from moquad import dist
 from moquad.config import EvalConfig
 from moquad.data.augment import normalize
 from moquad.data.store import Split
+from moquad.errors import MoquadError
 from moquad.eval.clips import TestViews
 from moquad.eval.common import (
     check_unchanged,
-    checkpoint_sha256,
     dist_env,
-    frozen_encoder,
-    is_checkpoint,
+    encoder_of,
     out_dir,
     resolve_device,
     snapshot,
@@ -65,8 +64,8 @@ warnings.filterwarnings("ignore", message="lance is not fork-safe", category=Use
 META_KEY = b"moquad"
 
 
-def protocol(cfg: EvalConfig, split: str) -> dict[str, Any]:
-    """The settings that determine a cached feature (the cache key besides checkpoint and data)."""
+def protocol(cfg: EvalConfig, split: str, encoder: Encoder) -> dict[str, Any]:
+    """The settings that determine a cached feature (the cache key besides the encoder's sha256 and the data)."""
     return {
         "split": split,
         "num_clips": cfg.num_clips,
@@ -74,19 +73,11 @@ def protocol(cfg: EvalConfig, split: str) -> dict[str, Any]:
         "dilation": cfg.dilation,
         "size": cfg.size,
         "crops": cfg.crops,
-        "resize": "short side to size, bilinear antialias",
+        "resize": f"{encoder.framing.text(cfg.size)}, bilinear antialias ({encoder.framing.source})",
         "short_videos": "stretched over the whole video (moquad.data.clip_frames)",
-        "feature": "backbone pooled (before projection head), eval mode, mean over clips x crops",
-        "normalize": "moquad.data.augment.normalize",
-        **({} if is_checkpoint(cfg.checkpoint) else _encoder_protocol(cfg.checkpoint)),
+        "feature": f"{encoder.family.pooling}, eval mode, mean over clips x crops",
+        "normalize": encoder.norm.source,
     }
-
-
-def _encoder_protocol(name: str) -> dict[str, Any]:
-    """What another encoder's features are (its family's pooling and normalisation), in the cache key."""
-    enc = frozen_encoder(name)
-    return {"encoder": name, "feature": f"{enc.family.pooling}, eval mode, mean over clips x crops",
-            "normalize": enc.norm.source}
 
 
 def features_path(cfg: EvalConfig, split: str) -> Path:
@@ -122,14 +113,17 @@ def read_features(path: str | Path) -> dict[str, Any]:
 def compute_features(
     backbone: torch.nn.Module, cfg: EvalConfig, split: Split, indices: list[int], show: bool = False
 ) -> tuple[list[int], np.ndarray]:
-    """Features of the manifest rows ``indices`` of ``split`` -> (indices, float32 (len, D)). A clip setting left
-    unset (None) is the checkpoint's (none: the paper's), as in every evaluation command. ``backbone``: a network
-    taking moquad-normalised clips, or an encoder of ``moquad.load_encoder`` (clips normalised as its family says)."""
-    cfg = with_clip(cfg)
-    prep = backbone.normalize if isinstance(backbone, Encoder) else normalize
+    """Features of the manifest rows ``indices`` of ``split`` -> (indices, float32 (len, D)), at ``cfg``'s clip (the
+    settings it leaves unset: the encoder's, as every command fills them). ``backbone``: an encoder of
+    ``moquad.load_encoder`` (clips framed and normalised as its family says), or a network taking
+    moquad-normalised clips (moquad's own framing)."""
+    enc = backbone if isinstance(backbone, Encoder) else None
+    cfg = with_clip(cfg, enc)  # a library call's unset clip settings (a command's are filled already)
+    prep = enc.normalize if enc is not None else normalize
     device = resolve_device(cfg.device)
     backbone = backbone.to(device).eval()
-    views = TestViews(split, indices, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops)
+    views = TestViews(split, indices, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops,
+                      enc.framing if enc is not None else None)
     loader = torch.utils.data.DataLoader(views, batch_size=None, shuffle=False, num_workers=cfg.workers)
     done: list[int] = []
     feats: list[np.ndarray] = []
@@ -167,17 +161,21 @@ def _write(path: Path, split: Split, rows_emb: np.ndarray, meta: dict[str, Any])
     tmp.rename(path)
 
 
-def extract(cfg: EvalConfig, split: str, *, force: bool = False) -> Path:
-    """Extract (or reuse) the features of ``split`` -> path of the Lance dataset (same on every rank); the clip
-    settings left unset (``frames``, ``size``, ``dilation``) are the checkpoint's pre-training clip."""
-    cfg = with_clip(cfg)
+def extract(cfg: EvalConfig, split: str, *, force: bool = False, encoder: Encoder | None = None) -> Path:
+    """Extract (or reuse) the features of ``split`` -> path of the Lance dataset (same on every rank). ``encoder``:
+    the one the command resolved (default: the one ``cfg.checkpoint`` names); the clip settings left unset
+    (``frames``, ``size``, ``dilation``) are its clip (a checkpoint's: its pre-training clip)."""
+    encoder = encoder_of(cfg, encoder)
+    if encoder is None:
+        raise MoquadError("extract needs an encoder; pass --encoder (a checkpoint or another encoder name)")
+    cfg = with_clip(cfg, encoder)
     data = Split(cfg.data, split)
     if len(data) == 0:
         raise ValueError(f"split {split!r} of {cfg.data} has no videos; check manifests/errors.parquet")
     path = features_path(cfg, split)
     meta = {
-        "protocol": protocol(cfg, split),
-        "checkpoint_sha256": checkpoint_sha256(cfg.checkpoint),
+        "protocol": protocol(cfg, split, encoder),
+        "checkpoint_sha256": encoder.sha256(),
         "manifest_checksum": data.checksum_value,
         "checkpoint": str(Path(cfg.checkpoint).resolve()) if Path(cfg.checkpoint).exists() else cfg.checkpoint,
         "data": cfg.data if is_url(cfg.data) else str(Path(cfg.data).resolve()),
@@ -190,7 +188,6 @@ def extract(cfg: EvalConfig, split: str, *, force: bool = False) -> Path:
         return path
 
     rank, _ = dist_env()
-    encoder = frozen_encoder(cfg.checkpoint)
     before = snapshot(encoder)
     idx, emb = compute_features(encoder, cfg, data, dist.my_rows(len(data)), show=rank == 0)
     check_unchanged(encoder, before)  # eval mode + inference: weights and BN stats untouched

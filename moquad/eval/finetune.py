@@ -32,6 +32,7 @@ started from, None from random init; ``moquad cam`` uses it when present).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Callable
 from pathlib import Path
@@ -44,35 +45,27 @@ from torch import nn
 
 from moquad import dist
 from moquad.config import EvalConfig
-from moquad.data import store
 from moquad.data.augment import normalize
 from moquad.data.store import Split
 from moquad.errors import MoquadError
 from moquad.eval.clips import TrainClips, labelled
 from moquad.eval.common import (
-    checkpoint_sha256,
-    copy_result,
-    dist_env,
-    is_checkpoint,
-    labelled_splits,
-    record,
-    resolve_device,
-    result_path,
-    with_clip,
+    start,
 )
+from moquad.eval.encoders import Encoder
 from moquad.eval.linear import cosine, predict_views
 from moquad.eval.report import (
     accuracy_report,
     accuracy_tables,
+    finish,
     plot_confusion,
     protocol_table,
     provenance,
-    write_result,
 )
 from moquad.io import atomic_write_bytes
+from moquad.models import BACKBONES, build_backbone
 from moquad.models.backbones import DEFAULT_INPUT
-from moquad.train.checkpoint import load, load_model
-from moquad.train.optimizers import make_optimizer
+from moquad.train.optimizers import finetune_optimizer, make_optimizer
 
 
 class Classifier(nn.Module):
@@ -144,32 +137,41 @@ def _train(net: nn.Module, cfg: EvalConfig, train: Split, rows: np.ndarray, devi
     return losses
 
 
-def _network(cfg: EvalConfig, num_classes: int) -> tuple[Classifier, dict[str, Any], str | None]:
+def _network(cfg: EvalConfig, encoder: Encoder | None, num_classes: int) -> tuple[Classifier, dict[str, Any], str | None]:
     """The network to fine-tune, the model settings it records, and the sha256 of the weights it starts from."""
     ft = cfg.finetune
-    if cfg.checkpoint and not is_checkpoint(cfg.checkpoint):
-        if ft.init != "checkpoint" or ft.backbone:
-            raise MoquadError(f"{cfg.checkpoint} is fine-tuned from its own weights; drop --init random / --backbone "
-                              "(the supervised bound: --init random --backbone NAME without the encoder)")
-        from moquad.eval.encoders import load_encoder
+    if ft.init == "random":
+        name = ft.backbone or (encoder.info.get("backbone") if encoder is not None else None)
+        if not name:
+            raise MoquadError("fine-tuning from random init needs --backbone NAME (or a --checkpoint to read it from)")
+        backbone, feat_dim = build_backbone(name)
+        return Classifier(backbone, feat_dim, num_classes, ft.dropout), {"backbone": name}, None
+    if encoder is None:
+        raise MoquadError("fine-tuning needs --checkpoint RUN/checkpoints/last.pt (or another encoder name), or "
+                          "--init random --backbone NAME")
+    if ft.backbone and ft.backbone != encoder.info.get("backbone"):
+        raise MoquadError(f"finetune.backbone {ft.backbone!r} differs from the encoder's "
+                          f"{encoder.info.get('backbone') or encoder.family.description!r}; drop --backbone (the "
+                          "supervised bound: --init random --backbone NAME without the encoder)")
+    facts = {"backbone": encoder.info.get("backbone"), "model_input": encoder.info.get("model_input", DEFAULT_INPUT)}
+    settings = encoder.config or {"encoder": encoder.record(), **({} if facts["backbone"] is None else facts)}
+    net = Classifier(encoder.trainable(), encoder.out_dim, num_classes, ft.dropout)
+    return net, dict(settings), encoder.sha256()
 
-        enc = load_encoder(cfg.checkpoint)  # its own copy: the cached frozen one stays as loaded
-        enc.requires_grad_(True)
-        return Classifier(enc, enc.out_dim, num_classes, ft.dropout), {"encoder": enc.record()}, enc.sha256()
-    if ft.init == "checkpoint":
-        model, ckpt = load_model(cfg.checkpoint)
-        if ft.backbone and ft.backbone != ckpt["config"]["backbone"]:
-            raise MoquadError(f"finetune.backbone {ft.backbone!r} differs from the checkpoint's "
-                              f"{ckpt['config']['backbone']!r}; drop --backbone, or pass --init random")
-        net = Classifier(model.backbone, model.feat_dim, num_classes, ft.dropout)
-        return net, dict(ckpt["config"]), checkpoint_sha256(cfg.checkpoint)
-    name = ft.backbone or (load(cfg.checkpoint)["config"]["backbone"] if cfg.checkpoint else None)
-    if not name:
-        raise MoquadError("fine-tuning from random init needs --backbone NAME (or a --checkpoint to read it from)")
-    from moquad.models import build_backbone
 
-    backbone, feat_dim = build_backbone(name)
-    return Classifier(backbone, feat_dim, num_classes, ft.dropout), {"backbone": name}, None
+def _optimizer(cfg: EvalConfig, encoder: Encoder | None) -> tuple[EvalConfig, str]:
+    """``cfg`` with fine-tuning's optimizer settled (unset: the backbone row's, or the encoder row's, and that
+    optimizer's fine-tuning setting), and the start-up line that says so."""
+    ft = cfg.finetune
+    name = ft.backbone if ft.init == "random" and ft.backbone else None
+    if name is None and encoder is not None:
+        default, whose = encoder.family.optimizer(encoder), (f"the {encoder.info['backbone']} backbone" if
+                                                             encoder.info.get("backbone") else f"the {encoder.label} encoder")
+    else:
+        name = name or "r3d_18"
+        default, whose = BACKBONES[name].optimizer, f"the {name} backbone"
+    settled, line = finetune_optimizer(ft, default, whose)
+    return dataclasses.replace(cfg, finetune=settled), line
 
 
 def _save_model(net: Classifier, classes: list[str], settings: dict[str, Any], source: str | None, path: Path) -> None:
@@ -182,9 +184,8 @@ def _save_model(net: Classifier, classes: list[str], settings: dict[str, Any], s
 def _protocol(cfg: EvalConfig, world: int) -> dict[str, Any]:
     ft = cfg.finetune
     return {
-        "init": "random (no pre-training: the supervised bound)" if ft.init == "random" else "the checkpoint's backbone"
-        if is_checkpoint(cfg.checkpoint) else f"the encoder {cfg.checkpoint}, end to end, a linear head on its pooled "
-        "feature",
+        "init": "random (no pre-training: the supervised bound)" if ft.init == "random" else f"the encoder "
+        f"{cfg.checkpoint}, end to end, a linear head on its pooled feature",
         "train_clip": f"{cfg.frames} frames, dilation {cfg.dilation}, random start, short side size*8/7, "
                       f"random crop{' + h-flip' if ft.flip else ', no flip'}", "epochs": ft.epochs, "batch_size": ft.batch_size,
         "ranks": world, "optimizer": ft.optimizer, "lr": ft.lr, "schedule": "half-period cosine, no warm-up",
@@ -194,50 +195,49 @@ def _protocol(cfg: EvalConfig, world: int) -> dict[str, Any]:
 
 
 def finetune(cfg: EvalConfig, *, json_path: str | Path | None = None, quiet: bool = False,
-             overwrite: bool = False) -> dict[str, Any]:
-    """Fine-tune (from the checkpoint, or from random init) on ``cfg.train_split``, test on ``cfg.test_split``;
+             overwrite: bool = False, encoder: Encoder | None = None) -> dict[str, Any]:
+    """Fine-tune (from the encoder, or from random init) on ``cfg.train_split``, test on ``cfg.test_split``;
     write results to the evaluation folder (``cfg.out``, else ``RUN/eval`` beside the checkpoint), and a copy of
     the JSON to ``json_path`` when given. A result already there (``moquad finetune``'s, say) is an error before
-    any training unless ``overwrite``. ``quiet``: print no table."""
+    any training unless ``overwrite``. ``quiet``: print no table. ``encoder``: the one the command resolved
+    (default: the one ``cfg.checkpoint`` names). The optimizer line is printed before training."""
     name = "finetune" if cfg.finetune.init == "checkpoint" else "finetune_random"  # a bound never overwrites
-    path = result_path(cfg, f"{name}.json", overwrite)
-    cfg = with_clip(cfg)
-    rank, world = dist_env()
+    s = start(cfg, encoder, f"{name}.json", overwrite, "fine-tuning", need=False)
+    encoder, train, test, device, rank, world = s.encoder, s.train, s.test, s.device, s.rank, s.world
+    cfg, line = _optimizer(s.cfg, encoder)
+    proto, classes = _protocol(cfg, world), s.classes
     if cfg.finetune.batch_size % world:
         raise MoquadError(f"finetune.batch_size {cfg.finetune.batch_size} is the global batch; "
                           f"make it a multiple of {world} ranks")
-    device = resolve_device(cfg.device)
+    if rank == 0 and not quiet:  # the command's start-up line (a quiet Python call prints nothing)
+        print(line, flush=True)
     torch.manual_seed(cfg.seed)
-    train, test = labelled_splits(cfg, "fine-tuning")
-    classes = store.classes(cfg.data)
     train_rows, test_rows = labelled(train), labelled(test)
-    net, settings, source = _network(cfg, max(len(classes), int(train.label.max()) + 1))
+    net, settings, source = _network(cfg, encoder, max(len(classes), int(train.label.max()) + 1))
     net = net.to(device)
-    norm = getattr(net.backbone, "normalize", normalize)  # an encoder's own; a moquad backbone's: moquad's
+    norm = encoder.normalize if encoder is not None and cfg.finetune.init == "checkpoint" else normalize
     show = rank == 0 and not quiet
     losses = _train(net, cfg, train, train_rows, device, rank, world, norm, show)
     # test: rank r takes videos r, r+W, ... (no padding), probabilities gathered and put back in order
     mine = dist.my_rows(len(test_rows))
-    probs = dist.gather_rows(mine, predict_views(net, cfg, test, test_rows[mine], device, show=show, norm=norm),
-                             len(test_rows))
+    framing = encoder.framing if encoder is not None and cfg.finetune.init == "checkpoint" else None
+    probs = dist.gather_rows(mine, predict_views(net, cfg, test, test_rows[mine], device, show=show, norm=norm,
+                                                 framing=framing), len(test_rows))
     labels = test.label[test_rows]
     report = accuracy_report(probs, labels, classes)
-    out = path.parent
+    out = s.path.parent
     model_path, png = out / f"{name}_model.pt", out / f"{name}_confusion.png"
     if rank == 0:
         _save_model(net, classes, settings, source, model_path)
         plot_confusion(np.array(report["confusion"]), classes, png, f"fine-tuned, top-1 {100 * report['top1']:.1f}%")
-    result = provenance(cfg, train, test)
-    result.update(task="finetune", protocol=_protocol(cfg, world), **report)
+    result = provenance(cfg, train, test, encoder)
+    result.update(task="finetune", protocol=proto, **report)
     result["train_loss_per_epoch"] = losses
     result["predictions"] = [{"video_id": str(test.video_id[i]), "label": int(y), "pred": int(p.argmax())}
                              for i, y, p in zip(test_rows, labels, probs)]
     result["confusion_png"], result["model"] = str(png), str(model_path)
-    record(result, cfg)
-    path = write_result(result, path, [*accuracy_tables("fine-tuning", report), protocol_table("protocol", result)],
-                        quiet=quiet)
-    copy_result(path, json_path)
+    finish(result, cfg, encoder, s.path, lambda r: [*accuracy_tables("fine-tuning", report),
+                                                     protocol_table("protocol", r)], json_path, quiet)
     dist.barrier()  # files written by rank 0 exist when any rank returns
-    result["json"] = str(path)
     return result
 

@@ -34,16 +34,18 @@ from moquad.data.store import Split
 from moquad.eval.clips import TestViews, TrainClips, labelled
 from moquad.eval.common import (
     check_unchanged,
-    copy_result,
-    frozen_encoder,
-    labelled_splits,
-    record,
     resolve_device,
-    result_path,
     snapshot,
-    with_clip,
+    start,
 )
-from moquad.eval.report import accuracy_report, accuracy_tables, protocol_table, provenance, write_result
+from moquad.eval.encoders import Encoder
+from moquad.eval.report import (
+    accuracy_report,
+    accuracy_tables,
+    finish,
+    protocol_table,
+    provenance,
+)
 from moquad.train.optimizers import make_optimizer
 from moquad.train.schedule import lr_schedule
 
@@ -69,12 +71,13 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, num_classes: int, weight_decay: f
     return clf.cpu()
 
 
-def _fast(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tuple[dict[str, Any], dict[str, Any]]:
+def _fast(cfg: EvalConfig, encoder: Encoder, classes: list[str], train: Split,
+          test: Split) -> tuple[dict[str, Any], dict[str, Any]]:
     # imported here: Lance is not fork-safe, and the full protocol (--full) forks DataLoader workers
     from moquad.eval.features import extract, read_features
 
-    tr = read_features(extract(cfg, train.split))
-    te = read_features(extract(cfg, test.split))
+    tr = read_features(extract(cfg, train.split, encoder=encoder))
+    te = read_features(extract(cfg, test.split, encoder=encoder))
     keep_tr, keep_te = tr["label"] >= 0, te["label"] >= 0
     xtr, ytr = tr["embedding"][keep_tr].astype(np.float64), tr["label"][keep_tr]
     mean, std = xtr.mean(0), xtr.std(0) + 1e-6
@@ -91,11 +94,12 @@ def _fast(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tup
 
 @torch.no_grad()
 def predict_views(net: nn.Module, cfg: EvalConfig, split: Split, rows: np.ndarray | list[int], device: torch.device,
-                  show: bool = True, norm: Callable[[torch.Tensor, Any], torch.Tensor] = normalize) -> np.ndarray:
+                  show: bool = True, norm: Callable[[torch.Tensor, Any], torch.Tensor] = normalize,
+                  framing: Any = None) -> np.ndarray:
     """Softmax averaged over every test view of each video of ``rows`` -> (videos, classes); ``norm``: uint8 clips ->
-    the network's input (an encoder's :meth:`Encoder.normalize`)."""
+    the network's input (an encoder's :meth:`Encoder.normalize`); ``framing``: its framing (None: the crop's)."""
     net.eval()
-    views = TestViews(split, rows, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops)
+    views = TestViews(split, rows, cfg.frames, cfg.dilation, cfg.num_clips, cfg.size, cfg.crops, framing)
     loader = torch.utils.data.DataLoader(views, batch_size=None, num_workers=cfg.workers)
     out = []
     with Progress(disable=not show, transient=True) as progress:
@@ -114,11 +118,12 @@ def cosine(base: float, total: int) -> list[float]:
     return lr_schedule(base, 256, max(1, total), 0).tolist()
 
 
-def _cvrl(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tuple[dict[str, Any], dict[str, Any]]:
+def _cvrl(cfg: EvalConfig, encoder: Encoder, classes: list[str], train: Split,
+          test: Split) -> tuple[dict[str, Any], dict[str, Any]]:
     lc = cfg.linear
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
-    backbone = frozen_encoder(cfg.checkpoint).to(device).eval()
+    backbone = encoder.to(device).eval()
     before = snapshot(backbone)
     train_rows, test_rows = labelled(train), labelled(test)
     n_cls = max(len(classes), int(train.label.max()) + 1)
@@ -145,7 +150,8 @@ def _cvrl(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tup
                 opt.step()
                 step += 1
                 progress.advance(task)
-    probs = predict_views(nn.Sequential(backbone, clf), cfg, test, test_rows, device, norm=backbone.normalize)
+    probs = predict_views(nn.Sequential(backbone, clf), cfg, test, test_rows, device, norm=backbone.normalize,
+                          framing=backbone.framing)
     check_unchanged(backbone, before)
     labels = test.label[test_rows]
     proto = {"variant": "cvrl: linear layer on the frozen backbone", "train_clip": f"{cfg.frames} frames, dilation {cfg.dilation}, "
@@ -157,23 +163,19 @@ def _cvrl(cfg: EvalConfig, classes: list[str], train: Split, test: Split) -> tup
 
 
 def linear(cfg: EvalConfig, fast: bool = True, *, json_path: str | Path | None = None, quiet: bool = False,
-           overwrite: bool = False) -> dict[str, Any]:
+           overwrite: bool = False, encoder: Encoder | None = None) -> dict[str, Any]:
     """Linear probe (``fast`` on cached features, else the CVRL protocol) trained on ``cfg.train_split``, tested on
     ``cfg.test_split``; returns the result (``result["json"]``: where it was written).
 
     Writes ``linear_fast.json`` (``linear_cvrl.json``) and its text table to the evaluation folder (``cfg.out``,
     else ``RUN/eval`` beside the checkpoint), and a copy of the JSON to ``json_path`` when given. A result
-    already there (``moquad linear``'s, say) is an error unless ``overwrite``. ``quiet``: print no table."""
+    already there (``moquad linear``'s, say) is an error unless ``overwrite``. ``quiet``: print no table.
+    ``encoder``: the one the command resolved (default: the one ``cfg.checkpoint`` names)."""
     name = "linear_fast" if fast else "linear_cvrl"
-    path = result_path(cfg, f"{name}.json", overwrite)
-    cfg = with_clip(cfg)
-    train, test = labelled_splits(cfg, "the linear probe")
-    report, proto = (_fast if fast else _cvrl)(cfg, store.classes(cfg.data), train, test)
-    result = provenance(cfg, train, test)
+    s = start(cfg, encoder, f"{name}.json", overwrite, "the linear probe")
+    report, proto = (_fast if fast else _cvrl)(s.cfg, s.encoder, store.classes(s.cfg.data), s.train, s.test)
+    result = provenance(s.cfg, s.train, s.test, s.encoder)
     result.update(task="linear", protocol=proto, **report)
-    record(result, cfg)
-    path = write_result(result, path, [*accuracy_tables(f"linear probe ({name})", report),
-                                       protocol_table("protocol", result)], quiet=quiet)
-    copy_result(path, json_path)
-    result["json"] = str(path)
+    finish(result, s.cfg, s.encoder, s.path, lambda r: [*accuracy_tables(f"linear probe ({name})", report),
+                                                         protocol_table("protocol", r)], json_path, quiet)
     return result

@@ -5,7 +5,8 @@ Each video of a split gives ONE clip (``frames`` frames at ``dilation``, centred
 crop (the reference: an appearance-preserving change every encoder is trained to ignore), played backwards, at
 2x and 4x speed, mirrored, and still (its middle frame repeated). Every encoder (any name of the encoder table,
 :data:`moquad.eval.encoders.FAMILIES`: moquad checkpoints and exports, torchvision and Hugging Face video models)
-sees exactly the same pixels, each normalised as its own family says (:class:`moquad.eval.encoders.Norm`). From
+sees the same frames, framed and normalised as its own family says (:class:`moquad.eval.encoders.Framing`,
+:class:`moquad.eval.encoders.Norm`; the views: :mod:`moquad.eval.motion_views`). From
 the pooled features:
 
 - **arrow of time**: top-1 of a logistic regression (:func:`moquad.eval.linear.fit_logistic`) telling a clip from
@@ -27,8 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,92 +38,13 @@ from rich.progress import Progress
 from rich.table import Table
 
 from moquad.config import MotionConfig
-from moquad.data.clip_frames import clip_span, uniform_clips
+from moquad.data.clip_frames import clip_span
 from moquad.data.store import Split, read_info
 from moquad.errors import MoquadError
-from moquad.eval.clips import PretrainClip, pretrain_clip, resize_short, spatial_crops
+from moquad.eval.clips import PretrainClip, pretrain_clip
 from moquad.eval.encoders import Encoder, config_clip, load_encoder
+from moquad.eval.motion_views import SPEEDS, TRANSFORMS, VIEWS, MotionViews
 from moquad.models.backbones import DEFAULT_INPUT
-
-# ----------------------------------------------------------------------------- the transforms
-
-
-def centred(num_frames: int, frames: int, dilation: int) -> np.ndarray:
-    """Frame indices of the video's centred clip (the evaluation clip rule, one clip)."""
-    return uniform_clips(num_frames, frames, dilation, 1)[0]
-
-
-def centre_crop(x: torch.Tensor, size: int) -> torch.Tensor:
-    """uint8 frames (T, H, W, 3) -> uint8 (3, T, size, size): short side to ``size``, centre square (as extract)."""
-    return spatial_crops(x, size, 1)[0]
-
-
-def corner_crop(x: torch.Tensor, size: int) -> torch.Tensor:
-    """Another crop of the same frames: the top-left square covering 64 % of the short side's square (short side
-    to 1.25 x size), the kind of crop pre-training draws (random-resized crops) and teaches to ignore."""
-    y = resize_short(x, round(size * 1.25))[:, :, :size, :size]
-    return y.round().clamp(0, 255).to(torch.uint8)
-
-
-def mirror_crop(x: torch.Tensor, size: int) -> torch.Tensor:
-    """The centre crop, flipped left <-> right."""
-    return centre_crop(x, size).flip(-1)
-
-
-@dataclass(frozen=True)
-class Transform:
-    """One variant of a clip: which frames (num_frames, frames, dilation -> indices) and which crop."""
-
-    frames: Callable[[int, int, int], np.ndarray]
-    crop: Callable[[torch.Tensor, int], torch.Tensor]
-    description: str
-
-
-# name -> the variant; "clip" is the reference every other one is compared with, "crop" the appearance yardstick
-TRANSFORMS: dict[str, Transform] = {
-    "clip": Transform(centred, centre_crop, "the centred clip, centre crop"),
-    "crop": Transform(centred, corner_crop, "the same frames, another crop (top-left, 64 % of the area)"),
-    "reversed": Transform(lambda n, t, d: centred(n, t, d)[::-1].copy(), centre_crop, "the clip played backwards"),
-    "speed2": Transform(lambda n, t, d: centred(n, t, 2 * d), centre_crop, "2x speed: the centred clip at 2 x dilation"),
-    "speed4": Transform(lambda n, t, d: centred(n, t, 4 * d), centre_crop, "4x speed: the centred clip at 4 x dilation"),
-    "mirror": Transform(centred, mirror_crop, "the clip flipped horizontally"),
-    "still": Transform(lambda n, t, d: np.repeat(centred(n, t, d)[t // 2], t), centre_crop,
-                       "the clip's middle frame repeated (no motion)"),
-}
-VIEWS = tuple(TRANSFORMS)
-SPEEDS = ("clip", "speed2", "speed4")  # the speed classifier's classes: 1x, 2x, 4x
-
-
-def video_views(split: Split, i: int, frames: int, dilation: int, size: int) -> torch.Tensor:
-    """Every :data:`TRANSFORMS` view of video ``i`` -> uint8 (views, 3, frames, size, size); each frame decoded once
-    and resized once per crop (the crops work frame by frame, so the views share their frames' crops)."""
-    n = int(split.num_frames[i])
-    idx = {name: tr.frames(n, frames, dilation) for name, tr in TRANSFORMS.items()}
-    uniq = np.unique(np.concatenate(list(idx.values())))
-    decoded = torch.from_numpy(split.read_frames(i, uniq))
-    cropped = {}  # crop -> (the frames its views use, those frames cropped: (3, F, size, size))
-    for crop in dict.fromkeys(tr.crop for tr in TRANSFORMS.values()):
-        used = np.unique(np.concatenate([idx[name] for name, tr in TRANSFORMS.items() if tr.crop is crop]))
-        cropped[crop] = used, crop(decoded[np.searchsorted(uniq, used)], size)
-    views = []
-    for name, tr in TRANSFORMS.items():
-        used, frames_cropped = cropped[tr.crop]
-        views.append(frames_cropped[:, np.searchsorted(used, idx[name])])
-    return torch.stack(views)
-
-
-class MotionViews(torch.utils.data.Dataset):
-    """(row, :func:`video_views`) of each video of ``rows`` (a DataLoader decodes them in workers)."""
-
-    def __init__(self, split: Split, rows: Sequence[int], frames: int, dilation: int, size: int):
-        self.split, self.rows, self.args = split, list(rows), (frames, dilation, size)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, k: int) -> tuple[int, torch.Tensor]:
-        return self.rows[k], video_views(self.split, self.rows[k], *self.args)
-
 
 # ----------------------------------------------------------------------------- the direction pairs
 
@@ -186,17 +107,19 @@ def transform_features(encoders: Sequence[Encoder], split: Split, rows: Sequence
 
     nets = {e.label: e.to(device).eval() for e in encoders}
     before = {label: snapshot(net) for label, net in nets.items()}
-    loader = torch.utils.data.DataLoader(MotionViews(split, rows, frames, dilation, size), batch_size=None,
-                                         num_workers=workers)
+    framings = list(dict.fromkeys(e.framing for e in encoders))  # one set of views per framing the encoders use
+    loader = torch.utils.data.DataLoader(MotionViews(split, rows, frames, dilation, size, framings),
+                                         batch_size=None, num_workers=workers)
     out: dict[str, list[np.ndarray]] = {label: [] for label in nets}
     with Progress(disable=not show, transient=True) as progress:
         task = progress.add_task(f"motion report: {len(nets)} encoder(s) x {len(VIEWS)} views", total=len(rows))
-        for _, views in loader:
-            inputs: dict[Any, torch.Tensor] = {}  # one normalised copy per normalisation the encoders use
+        for _, framed in loader:
+            inputs: dict[Any, torch.Tensor] = {}  # one normalised copy per framing and normalisation
             for label, net in nets.items():
-                if net.norm not in inputs:
-                    inputs[net.norm] = net.normalize(views, device)
-                x = inputs[net.norm]
+                key = (net.framing, net.norm)
+                if key not in inputs:
+                    inputs[key] = net.normalize(framed[framings.index(net.framing)], device)
+                x = inputs[key]
                 f = [net(x[s : s + batch_size]).float() for s in range(0, len(x), batch_size)]
                 out[label].append(torch.cat(f).cpu().numpy())
             progress.advance(task)
@@ -301,7 +224,7 @@ def encoder_clip(enc: Encoder) -> dict[str, Any] | None:
     info: that pre-training clip; another family's: its native clip, :attr:`Encoder.clip`); None when unknown."""
     if enc.info.get("clip") or enc.info.get("loader"):
         return enc.info.get("clip") or config_clip(enc.info)
-    if enc.family_name == "moquad":
+    if not enc.clip.stated:
         return None
     c = enc.clip
     return {"frames": c.frames, "size": c.size, "dilations": None, "from": c.source}
@@ -407,29 +330,34 @@ def protocol(frames: int, dilation: int, size: int, seed: int, knn_k: int, short
             "short_videos": short, "short_videos_rule": "shorter than the 4x clip: stretched (clip rule)"}
 
 
-COLUMNS = {  # table column -> (value of one encoder's result, format)
+COLUMNS = {  # table column -> (value of one encoder's result, format); words short enough for 80 columns
     "arrow top-1": (lambda r: r["arrow_of_time_top1"], "{:.1%}"),
-    "reversed / crop": (lambda r: r["ratio_to_crop"]["reversed"], "{:.2f}"),
+    "rev. / crop": (lambda r: r["ratio_to_crop"]["reversed"], "{:.2f}"),
     "speed top-1": (lambda r: r["speed_top1"], "{:.1%}"),
     "2x / crop": (lambda r: r["ratio_to_crop"]["speed2"], "{:.2f}"),
     "4x / crop": (lambda r: r["ratio_to_crop"]["speed4"], "{:.2f}"),
     "mirror / crop": (lambda r: r["ratio_to_crop"]["mirror"], "{:.2f}"),
-    "appearance share": (lambda r: r["appearance_share"], "{:.2f}"),
-    "pair confusion": (lambda r: (r.get("direction_pairs") or {}).get("mean"), "{:.1%}"),
+    "appear. share": (lambda r: r["appearance_share"], "{:.2f}"),
+    "pair conf.": (lambda r: (r.get("direction_pairs") or {}).get("mean"), "{:.1%}"),
 }
 
 
 def table(result: dict[str, Any]) -> Table:
-    """One row per encoder, one column per measure (:data:`COLUMNS`)."""
+    """One row per encoder, one column per measure (:data:`COLUMNS`). A header wraps between its words, never
+    inside one (each column is as wide as its longest word or its widest value)."""
     d, p = result["data"], result["protocol"]
     t = Table(title=f"Motion report: {d['videos']} videos of {d['split']} ({p['frames']} frames, {p['size']} px); "
-                    "chance: arrow 50%, speed 33%, pair confusion 50%; ratios: 1 = as different as another crop")
-    t.add_column("encoder", no_wrap=True)
-    for name in COLUMNS:
-        t.add_column(name, justify="right", max_width=10, overflow="fold")  # wrapped, never cut
-    for label, r in result["encoders"].items():
-        cells = [COLUMNS[c][0](r) for c in COLUMNS]
-        t.add_row(label, *["–" if v is None else COLUMNS[c][1].format(v) for c, v in zip(COLUMNS, cells)])
+                    "chance: arrow 50%, speed 33%, pair confusion 50%; rev.: reversed; appear.: appearance; "
+                    "ratios: 1 = as different as another crop")
+    t.add_column("encoder", overflow="fold")
+    rows = {label: [COLUMNS[c][0](r) for c in COLUMNS] for label, r in result["encoders"].items()}
+    text = {label: ["–" if v is None else COLUMNS[c][1].format(v) for c, v in zip(COLUMNS, cells)]
+            for label, cells in rows.items()}
+    for j, name in enumerate(COLUMNS):
+        widest = max([len(w) for w in name.split()] + [len(cells[j]) for cells in text.values()])
+        t.add_column(name, justify="right", width=widest)  # as narrow as its longest word: room for the labels
+    for label, cells in text.items():
+        t.add_row(label, *cells)
     return t
 
 

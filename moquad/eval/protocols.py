@@ -49,6 +49,7 @@ class Protocol:
     # whether ``--checkpoint`` (``--encoder``) takes any encoder name (moquad.eval.encoders), not only a checkpoint;
     # an encoder's native clip then fills the clip settings left unset
     encoders: bool = True
+    results: bool = True  # writes its result to the evaluation folder (False: cam writes beside its image)
 
     def runner(self) -> Callable[..., Any]:
         """The function that runs the protocol (imported now)."""
@@ -74,7 +75,7 @@ PROTOCOLS: dict[str, Protocol] = {
                          (*SPLITS, *VIEWS, "finetune.init", "finetune.backbone", "finetune.epochs", "finetune.lr",
                           "finetune.batch_size"), needs_checkpoint=_unless_random_init),
     "cam": Protocol("moquad.eval.cam", "cam", "class-activation maps over a video's frames (the paper's Fig. 5)",
-                    ("frames", "size", "out", "device"), needs_data=False, encoders=False),
+                    ("frames", "size", "out", "device"), needs_data=False, results=False),
     "motion": Protocol("moquad.eval.motion", "report",
                        "arrow of time, speed, mirror, appearance share and direction pairs of frozen encoders",
                        ("out", "split", "frames", "size", "dilation", "max_videos", "pair", "knn_k", "seed",
@@ -87,15 +88,18 @@ def run(name: str, cfg: Any, **options: Any) -> Any:
     keywords (``split`` of extract, ``json_path`` of retrieve, ``fast`` of linear, ``video`` and ``out`` of cam,
     ``encoders`` of motion ...).
 
-    ``cfg.checkpoint`` naming another encoder (``hf:NAME``, ``torchvision:ARCH``, an export): its native clip fills
-    the clip settings left unset, and a clip it cannot take is the one-line error (:func:`moquad.eval.encoders.fill_clip`).
-
-    A protocol that reads a checkpoint: the clip settings ``cfg`` leaves unset are the checkpoint's pre-training
-    clip; one set to something else prints one warning line naming both (:func:`moquad.eval.common.with_clip`).
-    The motion report warns the same way for each encoder (:func:`moquad.eval.motion.clip_warnings`)."""
+    A protocol that reads an encoder gets it resolved ONCE, here (``encoder=``: the
+    :class:`moquad.eval.encoders.Encoder` ``cfg.checkpoint`` names: a moquad checkpoint or export,
+    ``torchvision:ARCH[:WEIGHTS]``, ``hf:NAME``), with the clip settings ``cfg`` leaves unset taken from its clip (a
+    checkpoint's: its pre-training clip, and one set to something else prints one warning line naming both); a clip
+    it cannot take is the one-line error (:func:`moquad.eval.common.with_clip`). The motion report resolves each of
+    its encoders once itself and warns the same way (:func:`moquad.eval.motion.clip_warnings`)."""
     row = PROTOCOLS[name]
     if row.needs_checkpoint is not None:
-        from moquad.eval.common import with_clip  # imports torch: not when the table is read
+        from moquad.eval.common import encoder_of, with_clip  # imports torch: not when the table is read
 
-        cfg = with_clip(cfg, warn=True)
+        encoder = encoder_of(cfg)
+        cfg = with_clip(cfg, encoder, warn=True)
+        if encoder is not None:
+            options["encoder"] = encoder
     return row.runner()(cfg=cfg, **options)

@@ -7,8 +7,10 @@ data (a checksum of the manifest rows used, ``moquad.data.store.manifest_checksu
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,27 +19,69 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from moquad import dist
 from moquad.config import EvalConfig, to_dict
 from moquad.data.store import Split
-from moquad.eval.common import checkpoint_sha256
-from moquad.io import atomic_write_text
+from moquad.eval.clips import pretrain_clip
+from moquad.eval.encoders import Encoder
+from moquad.io import atomic_write_bytes, atomic_write_text
 from moquad.record import environment
 
 
-def provenance(cfg: EvalConfig, train: Split, test: Split) -> dict[str, Any]:
-    """The record every result carries: full eval config, the splits it trained and tested on, checkpoint hash,
-    manifest checksums."""
+def provenance(cfg: EvalConfig, train: Split, test: Split, encoder: Encoder | None) -> dict[str, Any]:
+    """The record every result carries: full eval config, the splits it trained and tested on, the encoder's name and
+    sha256 (a checkpoint's: of its file), manifest checksums."""
     return {
         "config": to_dict(cfg),
         "splits": {"train": train.split, "test": test.split},
         "checkpoint": ({"path": str(Path(cfg.checkpoint).resolve()) if Path(cfg.checkpoint).exists() else
-                        cfg.checkpoint, "sha256": checkpoint_sha256(cfg.checkpoint)}  # an encoder: its name
-                       if cfg.checkpoint else None),  # None: fine-tuned from random init with no checkpoint
+                        cfg.checkpoint, "sha256": encoder.sha256()}  # an encoder: its name
+                       if encoder is not None and cfg.checkpoint else None),  # None: no name (random init)
         "data": {
             "dir": str(Path(cfg.data).resolve()),
             "manifests": {s.split: {"videos": len(s), "checksum": s.checksum_value} for s in (train, test)},
         },
     }
+
+
+def clip_record(cfg: EvalConfig, encoder: Encoder | None) -> dict[str, Any]:
+    """What a result records of its clip, framing and test views, and of the clip the encoder was pre-trained at."""
+    trained = encoder.pretrained if encoder is not None else None
+    framing = encoder.framing.short_side(cfg.size) if encoder is not None else cfg.size
+    return {
+        "clip": {"frames": cfg.frames, "size": cfg.size, "dilation": cfg.dilation, "short_side": framing,
+                 "model_input": trained.model_input if trained else pretrain_clip(None).model_input,
+                 "pretrained": dataclasses.asdict(trained) if trained else None,
+                 "matches_pretraining": None if trained is None else trained.matches(cfg.frames, cfg.size,
+                                                                                      cfg.dilation)},
+        "views": {"clips": cfg.num_clips, "crops": cfg.crops, "per_video": cfg.num_clips * cfg.crops},
+    }
+
+
+def record(result: dict[str, Any], cfg: EvalConfig, encoder: Encoder | None) -> dict[str, Any]:
+    """Add to ``result`` (from :func:`provenance`) the clip, framing, test views, the encoder
+    (family, clip, framing, normalisation; a checkpoint's step and epoch), and the same in its ``protocol`` (the
+    rows of the text table)."""
+    rec = clip_record(cfg, encoder)
+    result.update(rec)
+    if encoder is not None:
+        result.setdefault("encoder", encoder.record())
+        if result.get("checkpoint") and encoder.pretrained is not None:
+            result["checkpoint"].update(step=encoder.info.get("step"), epoch=encoder.info.get("epoch"))
+    clip, trained = rec["clip"], rec["clip"]["pretrained"]
+    rows = {"clip": f"{clip['frames']} frames x {clip['size']} px, dilation {clip['dilation']}, input "
+                    f"{clip['model_input']}" + ("" if trained is None else
+                    f"; pre-trained at {trained['frames']} x {trained['size']}, dilations "
+                    f"{','.join(map(str, trained['dilations']))}" + ("" if clip["matches_pretraining"] else
+                                                                     " (DIFFERENT)")),
+            "framing": f"short side {clip['short_side']}, centre crop {clip['size']}"
+                       + (f" ({encoder.framing.source})" if encoder is not None else ""),
+            "test views": f"{cfg.num_clips} clip{'s' * (cfg.num_clips != 1)} x {cfg.crops} "
+                          f"crop{'s' * (cfg.crops != 1)} per video"}
+    if result.get("checkpoint") and result["checkpoint"].get("step") is not None:  # a moquad checkpoint's
+        rows["checkpoint step"] = f"{result['checkpoint'].get('step')} (epoch {result['checkpoint'].get('epoch')})"
+    result["protocol"] = {**rows, **result.get("protocol", {})}
+    return result
 
 
 def _jsonable(v: Any) -> Any:
@@ -168,3 +212,26 @@ def plot_confusion(conf: np.ndarray, classes: list[str], path: Path, title: str)
     fig.savefig(path, dpi=100, bbox_inches="tight")  # long class names: nothing cut at the edges
     plt.close(fig)
     return path
+
+
+def copy_result(written: str | Path, json_path: str | Path | None) -> Path | None:
+    """``--json PATH``: a copy of the result JSON ``written`` (in RUN/eval) at ``json_path``, nothing else beside
+    it; rank 0 writes."""
+    if json_path is None or Path(json_path).resolve() == Path(written).resolve():
+        return None
+    if dist.is_dist() and dist.get_rank() != 0:
+        return Path(json_path)
+    atomic_write_bytes(json_path, Path(written).read_bytes())
+    return Path(json_path)
+
+
+def finish(result: dict[str, Any], cfg: EvalConfig, encoder: Encoder | None, path: Path,
+           tables: Callable[[dict[str, Any]], list[Table]], json_path: str | Path | None, quiet: bool) -> Path:
+    """A protocol's end in one place: ``result`` gets its clip, framing, views and encoder
+    (:func:`record`), is written with ``tables(result)`` beside it (:func:`write_result`) and
+    copied to ``json_path`` (:func:`copy_result`); ``result["json"]`` says where it went."""
+    record(result, cfg, encoder)
+    written = write_result(result, path, tables(result), quiet=quiet)
+    copy_result(written, json_path)
+    result["json"] = str(written)
+    return written

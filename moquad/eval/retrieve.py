@@ -27,16 +27,13 @@ from rich.table import Table
 from moquad.config import EvalConfig
 from moquad.eval.ann import lance_nearest, recall_at
 from moquad.eval.common import (
-    copy_result,
-    labelled_splits,
     out_dir,
-    record,
     resolve_device,
-    result_path,
-    with_clip,
+    start,
 )
+from moquad.eval.encoders import Encoder
 from moquad.eval.features import extract, read_features
-from moquad.eval.report import protocol_table, provenance, write_result
+from moquad.eval.report import finish, protocol_table, provenance
 from moquad.eval.search import TIE_DECIMALS, as_tensor, nearest, pair_similarities, prepare
 
 
@@ -103,19 +100,19 @@ def _tables(cfg: EvalConfig, result: dict[str, Any], title: str) -> list[Table]:
 
 
 def retrieve(cfg: EvalConfig, json_path: str | Path | None = None, *, quiet: bool = False,
-             overwrite: bool = False) -> dict[str, Any]:
+             overwrite: bool = False, encoder: Encoder | None = None) -> dict[str, Any]:
     """Run the retrieval protocol and weighted kNN, ``cfg.test_split`` querying ``cfg.train_split`` (extracting
     features first when not cached) and return the result (``result["json"]``: where it was written).
 
     Writes ``retrieval.json`` (``retrieval_center.json`` with ``cfg.center``) and its text table to the
     evaluation folder (``cfg.out``, else ``RUN/eval`` beside the checkpoint), and a copy of the JSON to
     ``json_path`` when given. A result already there (``moquad retrieve``'s, say) is an error unless
-    ``overwrite``. ``quiet``: print no table."""
-    path = result_path(cfg, f"retrieval{'_center' if cfg.center else ''}.json", overwrite)
-    cfg = with_clip(cfg)
-    gallery, queries = labelled_splits(cfg, "retrieval")
+    ``overwrite``. ``quiet``: print no table. ``encoder``: the one the command resolved (default: the one
+    ``cfg.checkpoint`` names)."""
+    s = start(cfg, encoder, f"retrieval{'_center' if cfg.center else ''}.json", overwrite, "retrieval")
+    cfg, encoder, gallery, queries = s.cfg, s.encoder, s.train, s.test
     query_split, gallery_split = queries.split, gallery.split
-    q_path, g_path = extract(cfg, query_split), extract(cfg, gallery_split)
+    q_path, g_path = extract(cfg, query_split, encoder=encoder), extract(cfg, gallery_split, encoder=encoder)
     qf, gf = read_features(q_path), read_features(g_path)
     keep = qf["label"] >= 0
     q, ql = prepare(qf["embedding"][keep], cfg.center), qf["label"][keep]
@@ -123,7 +120,7 @@ def retrieve(cfg: EvalConfig, json_path: str | Path | None = None, *, quiet: boo
     device = resolve_device(cfg.device)  # a GPU when there is one: the matmul runs where the features are
     qt, gt = torch.from_numpy(q).to(device), torch.from_numpy(g).to(device)
     exact = nearest(qt, gt, max(*cfg.ks, cfg.knn_k), cuts=[*cfg.ks, cfg.knn_k])  # exact sets at each k
-    result: dict[str, Any] = provenance(cfg, gallery, queries)
+    result: dict[str, Any] = provenance(cfg, gallery, queries, encoder)
     result["task"] = "retrieval"
     result["protocol"] = {
         "queries": query_split, "gallery": gallery_split, "similarity": "cosine",
@@ -152,8 +149,5 @@ def retrieve(cfg: EvalConfig, json_path: str | Path | None = None, *, quiet: boo
         result["lance"] = {**hits_at(approx, ql, np.append(gl, -2), cfg.ks), **recall_at(approx, exact, cfg.ks)}
     title = (f"retrieval: {len(q)} {query_split} queries vs {len(g)} {gallery_split} videos"
              f"{' (centred)' if cfg.center else ''}")
-    record(result, cfg)
-    path = write_result(result, path, _tables(cfg, result, title), quiet=quiet)
-    copy_result(path, json_path)
-    result["json"] = str(path)
+    finish(result, cfg, encoder, s.path, lambda r: _tables(cfg, r, title), json_path, quiet)
     return result

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from moquad.config import PretrainConfig
 from moquad.errors import MoquadError
@@ -122,23 +122,38 @@ class PretrainSetting:
 
 
 @dataclass(frozen=True)
+class FinetuneSetting:
+    """An optimizer's fine-tuning lr (as given, not scaled with the batch) and weight decay, for the ones a recipe or
+    a flag leaves unset."""
+
+    lr: float
+    weight_decay: float
+    source: str
+
+
+@dataclass(frozen=True)
 class Optimizer:
-    """One row: how the parameters are grouped, the torch optimizer built over the groups, and its pre-training
-    setting (None: a run that picks it sets lr, weight decay and warm-up itself)."""
+    """One row: how the parameters are grouped, the torch optimizer built over the groups, and its pre-training and
+    fine-tuning settings (None: a run that picks it sets lr, weight decay and warm-up itself)."""
 
     build: Builder
     groups: Grouping = _norm_bias_groups
     pretrain: PretrainSetting | None = None
+    finetune: FinetuneSetting | None = None
 
 
 OPTIMIZERS: dict[str, Optimizer] = {
     # the paper's (Sec. 4.1: LARS at batch 256, lr 3.2, half-period cosine), with SimCLR's weight decay and warm-up
-    "lars": Optimizer(_lars, pretrain=PretrainSetting(3.2, 1e-6, 10.0, "the paper's LARS setting")),
-    "sgd": Optimizer(_sgd),
-    "adamw": Optimizer(_adamw),
-    # MoCo v3's contrastive ViT pre-training (Chen, Xie, He, ICCV 2021; facebookresearch/moco-v3 CONFIG.md)
+    # fine-tuning: the paper's (Sec. 4.1: LARS lr 0.08, batch 32, half-period cosine)
+    "lars": Optimizer(_lars, pretrain=PretrainSetting(3.2, 1e-6, 10.0, "the paper's LARS setting"),
+                      finetune=FinetuneSetting(0.08, 1e-4, "the paper's fine-tuning setting")),
+    "sgd": Optimizer(_sgd, finetune=FinetuneSetting(0.08, 1e-4, "the paper's fine-tuning setting")),
+    "adamw": Optimizer(_adamw, finetune=FinetuneSetting(1e-3, 1e-4, "torch's AdamW lr, the paper's weight decay")),
+    # MoCo v3's contrastive ViT pre-training (Chen, Xie, He, ICCV 2021; facebookresearch/moco-v3 CONFIG.md);
+    # fine-tuning: VideoMAE's UCF101 setting (lr 5e-4 per 256 videos at batch 128, weight decay 0.05)
     "adamw_vit": Optimizer(_scaled_adamw, transformer_groups,
-                           PretrainSetting(1.5e-4, 0.1, 40.0, "MoCo v3's ViT setting")),
+                           PretrainSetting(1.5e-4, 0.1, 40.0, "MoCo v3's ViT setting"),
+                           FinetuneSetting(2.5e-4, 0.05, "VideoMAE's fine-tuning setting")),
 }
 # the settings a PretrainSetting fills: (how the start-up line names one, how it states its value)
 SETTING_KEYS = {"lr": ("lr", "lr {:g} at batch 256"), "weight_decay": ("weight decay", "weight decay {:g}"),
@@ -163,6 +178,23 @@ def pretrain_optimizer(cfg: PretrainConfig) -> tuple[PretrainConfig, str]:
     same = [word for k, (word, _) in SETTING_KEYS.items() if setting and getattr(cfg, k) == getattr(setting, k)]
     told = f" ({', '.join(same)}: {setting.source})" if same else ""
     return cfg, f"pretrain: optimizer {name} ({whose}), {values}{told}"
+
+
+def finetune_optimizer(ft: Any, default: str, whose: str) -> tuple[Any, str]:
+    """``ft`` (a :class:`moquad.config.FinetuneConfig`) with its optimizer, lr and weight decay settled (the ones
+    left unset: ``default``, the optimizer row of ``whose`` (``the swin3d_t backbone``), and that optimizer's
+    fine-tuning setting), and the start-up line that says what they are and where they come from."""
+    name = ft.optimizer or default
+    setting = OPTIMIZERS[name].finetune
+    unset = [k for k in ("lr", "weight_decay") if getattr(ft, k) is None]
+    if unset and setting is None:
+        raise MoquadError(f"optimizer {name} has no fine-tuning setting; set {', '.join(f'finetune.{k}' for k in unset)}"
+                          f" (--set KEY=VALUE or a recipe), or choose one of "
+                          f"{', '.join(n for n, o in OPTIMIZERS.items() if o.finetune)}")
+    ft = dataclasses.replace(ft, optimizer=name, **{k: getattr(setting, k) for k in unset})
+    said = f"{whose}'s default" if name == default else f"set; {whose}'s default is {default}"
+    told = f" ({', '.join(k.replace('_', ' ') for k in unset)}: {setting.source})" if unset and setting else ""
+    return ft, f"finetune: optimizer {name} ({said}), lr {ft.lr:g}, weight decay {ft.weight_decay:g}{told}"
 
 
 def make_optimizer(module: nn.Module, name: str, lr: float, weight_decay: float,
