@@ -197,6 +197,20 @@ def test_command_writes_table_json_png(squares, tmp_path):
                       ([str(ckpt), "--split", "train"], "split 'train' is not")]:
         r = CliRunner().invoke(app, ["motion", *args, "--data", str(squares), "--out", str(tmp_path / "e")])
         assert r.exit_code == 2 and msg in r.output, r.output
+    # from Python: write_report(show=False) writes the same files and prints nothing
+    from moquad import write_report
+
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        json_path, png = write_report(res, tmp_path / "quiet", show=False)
+    assert printed.getvalue() == "" and json.loads(json_path.read_text())["encoders"] == res["encoders"]
+    assert png.stat().st_size > 20000 and (tmp_path / "quiet" / "motion.txt").read_text().count("tiny") >= 1
+    with contextlib.redirect_stdout(printed):
+        write_report(res, tmp_path / "loud")
+    assert "Motion report" in printed.getvalue()
 
 
 def test_pairs_need_labels(tmp_path):

@@ -379,17 +379,18 @@ def report(cfg: MotionConfig, encoders: Sequence[str], show: bool = True) -> dic
                            max_videos=cfg.max_videos, pairs=pairs, knn_k=cfg.knn_k, seed=cfg.seed,
                            batch_size=cfg.batch_size, workers=cfg.workers, device=cfg.device, show=show,
                            threads=cfg.threads)
-    json_path, png = write_report(result, cfg.out)
+    json_path, png = write_report(result, cfg.out, show=show)
     return {**result, "json": str(json_path), "png": str(png)}
 
 
-def write_report(result: dict[str, Any], out: str | Path) -> tuple[Path, Path]:
-    """OUT/motion.json (+ .txt, the table) and OUT/motion.png; the table is printed. The figure is drawn first: a
-    figure that cannot be drawn leaves no result behind (motion.json means the report is whole)."""
+def write_report(result: dict[str, Any], out: str | Path, show: bool = True) -> tuple[Path, Path]:
+    """OUT/motion.json (+ .txt, the table) and OUT/motion.png; the table is printed unless ``show`` is False. The
+    figure is drawn first: a figure that cannot be drawn leaves no result behind (motion.json means the report is
+    whole)."""
     from moquad.eval.motion_plot import plot
     from moquad.eval.report import write_result
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     png = plot(result, out / "motion.png")
-    return write_result(result, out / "motion.json", [table(result)]), png
+    return write_result(result, out / "motion.json", [table(result)], quiet=not show), png
