@@ -94,11 +94,11 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from benchdata import K400_LIKE, REAL, build_dataset, cpu_seconds, pyav_frames, run_decode_bound, run_loader  # noqa: E402
-from moquad.record import Record, add_argument  # noqa: E402
 
 from moquad.config import LoaderConfig, PreprocessConfig  # noqa: E402
 from moquad.data.augment import apply_views  # noqa: E402
 from moquad.data.store import Split  # noqa: E402
+from moquad.record import Record, add_argument  # noqa: E402
 
 clock = time.process_time
 OTHER_REAL = sorted(p.name for p in REAL.iterdir() if p.suffix in (".mp4", ".avi", ".mkv")

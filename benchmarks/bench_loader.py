@@ -77,12 +77,12 @@ from typing import Any
 import numpy as np
 import torch
 from benchdata import BATCH, REAL, build_dataset, clock, pyav_frames, run_decode_bound, run_loader
-from moquad.record import Record, add_argument
 
 from moquad.config import LoaderConfig
 from moquad.data.augment import apply_views
 from moquad.data.pipeline import make_loader
 from moquad.data.store import Split, reduced_hw
+from moquad.record import Record, add_argument
 
 
 def run_pyav(batches: list[dict], sources: dict[str, str], size: int) -> float:

@@ -40,12 +40,12 @@ from pathlib import Path
 
 import numpy as np
 from benchdata import REAL, cpu_seconds
-from moquad.record import Record, add_argument
 
 from moquad.config import PreprocessConfig
 from moquad.data.store import decode_frames
 from moquad.preprocess import transcode as T
 from moquad.preprocess.run import preprocess
+from moquad.record import Record, add_argument
 
 GOAL = 1.10  # the whole command's CPU core-time per video vs a bare ffmpeg decode
 

@@ -30,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from moquad.record import Record, add_argument
 
 from moquad.eval.ann import (
     lance_index,
@@ -40,6 +39,7 @@ from moquad.eval.ann import (
     recall_at,
 )
 from moquad.eval.search import TIE_DECIMALS, nearest
+from moquad.record import Record, add_argument
 
 CHUNK = 1 << 26  # similarities per matmul block, as moquad's nearest (256 MB of float32)
 

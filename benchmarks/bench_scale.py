@@ -42,13 +42,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import simplejpeg
-from moquad.record import Record, add_argument
 
 from moquad.config import LoaderConfig
 from moquad.data.epoch_plan import EpochPlan
 from moquad.data.pipeline import RunLoader, make_loader
 from moquad.data.store import CHECKSUM_COLUMNS, MANIFEST_SCHEMA, Split, manifest_checksum, read_manifest
 from moquad.preprocess.frames import write_frames  # the product's writer of frames made in memory
+from moquad.record import Record, add_argument
 
 CLASSES = [f"class_{c:03d}" for c in range(400)]
 CFG = LoaderConfig(frames=4, size=32, dilations=(1, 2), appearance_op="rad_inter", donors_per_sample=1, rad_k=2)

@@ -18,10 +18,10 @@ import statistics
 import time
 
 import torch
-from moquad.record import Record, add_argument
 
 from moquad.config import PretrainConfig
 from moquad.models import build_model
+from moquad.record import Record, add_argument
 from moquad.train.loop import forward_loss
 from moquad.train.methods import METHODS
 from moquad.train.momentum import Online

@@ -20,9 +20,8 @@ import time
 import uuid
 from pathlib import Path
 
-from moquad.record import Record, add_argument
-
 from moquad import objstore
+from moquad.record import Record, add_argument
 
 
 def previous_upload(local: Path, url: str) -> None:

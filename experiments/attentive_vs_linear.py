@@ -28,6 +28,7 @@ import statistics
 from pathlib import Path
 
 from motion_ladder import data_dir, load_results, run_dir
+
 from moquad.record import Record, add_argument
 
 # the probes compared with the linear one: name -> pooler depth (the other settings: eval/cpu_demo.yaml)

@@ -43,13 +43,13 @@ from pathlib import Path
 import numpy as np
 import simplejpeg
 import torch
-from moquad.record import Record, add_argument
 
 from moquad.config import LoaderConfig
 from moquad.data.augment import to_model
 from moquad.data.pipeline import make_loader
 from moquad.data.store import Split
 from moquad.preprocess.frames import write_frames
+from moquad.record import Record, add_argument
 from moquad.synth import MOTIONS, synth_videos
 
 QUAD = ("anchor", "positive", "intra_negative", "intra_negative")  # the quadruple's roles

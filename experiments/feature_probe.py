@@ -48,7 +48,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from moquad.record import Record, add_argument
 
 from moquad import config as C
 from moquad import settings, synth
@@ -61,6 +60,7 @@ from moquad.eval.linear import fit_logistic
 from moquad.eval.retrieve import hits_at, knn_classify
 from moquad.eval.search import nearest, prepare
 from moquad.recipes import find_recipe
+from moquad.record import Record, add_argument
 from moquad.train.checkpoint import load_model
 from moquad.train.log import read_log
 

@@ -648,7 +648,8 @@ def campaign(args: argparse.Namespace) -> int:
     deadline = t_start + args.budget_s
     missing = ensure_wheels()
     code = code_hash()
-    from moquad.record import commit, machine  # after reexec_on_path: the bare GPU machine has moquad on the path only
+    # imported after reexec_on_path: the bare GPU machine has moquad on the path only
+    from moquad.record import commit, machine
 
     base = {"device": device_info(args.device), **commit(), "code_hash": code, "machine": machine(),
             "load": [round(x, 2) for x in os.getloadavg()],

@@ -23,6 +23,7 @@ import statistics
 from pathlib import Path
 
 from motion_ladder import data_dir, run_dir
+
 from moquad.record import Record, add_argument
 
 COLUMNS = (  # (column, value of one encoder's report, scale, digits)

@@ -34,10 +34,9 @@ import statistics
 import time
 from pathlib import Path
 
-from moquad.record import provenance
-
 from moquad import config as C
 from moquad import settings
+from moquad.record import provenance
 
 # the momentum slot the momentum variants were first measured with (no predictor, keys normalised over the whole
 # batch): named, so they mean the same whatever the rows adopt

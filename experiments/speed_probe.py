@@ -16,13 +16,13 @@ import argparse
 
 import numpy as np
 import torch
-from moquad.record import Record, add_argument
 from torch import nn
 
 from moquad import config as C
 from moquad.data.augment import normalize
 from moquad.data.pipeline import make_loader
 from moquad.models.nets import TinyNet
+from moquad.record import Record, add_argument
 
 
 def dilation_labels(batch: dict, classes: dict[int, int]) -> torch.Tensor:

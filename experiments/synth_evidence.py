@@ -22,9 +22,8 @@ import json
 import statistics
 from pathlib import Path
 
-from moquad.record import Record, add_argument
-
 from moquad.quickstart import METRICS, quickstart
+from moquad.record import Record, add_argument
 from moquad.train.log import read_log
 
 

@@ -108,7 +108,8 @@ def run_stored(names: list[str]) -> int:
 
 def measure(names: list[str]) -> int:
     """Record every stored quantity under each setting and print its largest difference from the first setting."""
-    from golden_methods import record_methods  # tests/ is on the path: this file runs as a script or under pytest
+    # tests/ is on the path: this file runs as a script or under pytest
+    from golden_methods import record_methods
 
     got = {}
     for name in names:

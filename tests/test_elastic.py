@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 import torch.multiprocessing as mp
-from video_fixtures import coded_video, write_frames
 from s3server import free_port
+from video_fixtures import coded_video, write_frames
 
 from moquad.config import LoaderConfig
 from moquad.errors import MoquadError

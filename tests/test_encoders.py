@@ -14,8 +14,8 @@ import sys
 
 import pytest
 import torch
-from video_fixtures import make_checkpoint
 from torch import nn
+from video_fixtures import make_checkpoint
 
 from moquad.errors import MoquadError, user_message
 from moquad.eval import encoders as E

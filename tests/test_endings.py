@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from video_fixtures import coded_dataset
 from s3server import free_port
+from video_fixtures import coded_dataset
 
 from moquad.data import workers
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from video_fixtures import coded_dataset
 from test_pipeline import _damage
+from video_fixtures import coded_dataset
 
 from moquad.config import LoaderConfig
 from moquad.data.epoch_plan import STREAMS, EpochPlan, stream

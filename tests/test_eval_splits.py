@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from video_fixtures import make_checkpoint
 from test_preprocess_layouts import _link
 from typer.testing import CliRunner
+from video_fixtures import make_checkpoint
 
 from moquad import config as C
 from moquad.cli import app

@@ -16,9 +16,9 @@ from pathlib import Path
 import cli_child as clirun
 import numpy as np
 import pytest
-from video_fixtures import make_checkpoint
 from test_features import make_tiny_dataset
 from torch import nn
+from video_fixtures import make_checkpoint
 
 from moquad.config import EvalConfig
 from moquad.eval.clips import pretrain_clip

@@ -11,8 +11,8 @@ import cli_child as clirun
 import pytest
 import torch
 import torchvision.models.video as tvv
-from video_fixtures import make_checkpoint
 from safetensors.torch import load_file
+from video_fixtures import make_checkpoint
 
 from moquad.data.store import manifest_checksum
 from moquad.errors import MoquadError

@@ -7,8 +7,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from video_fixtures import coded_video, make_checkpoint, write_dataset
 from typer.testing import CliRunner
+from video_fixtures import coded_video, make_checkpoint, write_dataset
 
 from moquad.cli import app
 from moquad.preprocess.folder import list_folder

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as tomli (in the lock there)
+    import tomli as tomllib
 
 import pytest
 from packaging.requirements import Requirement

@@ -7,8 +7,8 @@ import shutil
 
 import pyarrow as pa
 import pytest
-from video_fixtures import shard_paths
 from test_preprocess_layouts import make_ucf101
+from video_fixtures import shard_paths
 
 from moquad.config import PreprocessConfig
 from moquad.data import store

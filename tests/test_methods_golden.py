@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from golden_methods.record_methods import GOLDEN, LOSS_RTOL, METHODS, PARAM_RTOL, differences
-from golden_methods.record_methods import record_in
+from golden_methods.record_methods import GOLDEN, LOSS_RTOL, METHODS, PARAM_RTOL, differences, record_in
 from kernel_settings import golden_env, golden_setting
 
 pytestmark = pytest.mark.stored

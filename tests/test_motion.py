@@ -198,10 +198,10 @@ def test_command_writes_table_json_png(squares, tmp_path):
         r = CliRunner().invoke(app, ["motion", *args, "--data", str(squares), "--out", str(tmp_path / "e")])
         assert r.exit_code == 2 and msg in r.output, r.output
     # from Python: write_report(show=False) writes the same files and prints nothing
-    from moquad import write_report
-
     import contextlib
     import io
+
+    from moquad import write_report
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

@@ -18,7 +18,6 @@ import pytest
 
 pytest.importorskip("moto", reason="the S3 tests need moto[server] (pip install -e '.[dev]')")
 
-from video_fixtures import coded_dataset  # noqa: E402
 from s3server import (  # noqa: E402
     SECRET,
     FaultProxy,
@@ -30,6 +29,7 @@ from s3server import (  # noqa: E402
     s3_server,
     wait_for_port,
 )
+from video_fixtures import coded_dataset  # noqa: E402
 
 from moquad import objstore  # noqa: E402
 from moquad.config import LoaderConfig  # noqa: E402

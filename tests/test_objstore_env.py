@@ -9,8 +9,8 @@ import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
-from video_fixtures import coded_dataset
 from s3server import http_server, https_server
+from video_fixtures import coded_dataset
 
 from moquad import objstore
 from moquad.data import store

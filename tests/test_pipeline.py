@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from video_fixtures import coded_dataset, decode_code, write_dataset
 from s3server import free_port
+from video_fixtures import coded_dataset, decode_code, write_dataset
 
 from moquad.config import LoaderConfig
 from moquad.data import store

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import webdataset as wds
-from video_fixtures import shard_paths
 from test_preprocess_layouts import make_hmdb51, make_k400, make_ssv2, make_ucf101, pyav_count
+from video_fixtures import shard_paths
 
 from moquad.config import PreprocessConfig
 from moquad.data.store import SCHEMA_VERSION, Split, decode_frames, read_errors, read_info, read_manifest

@@ -9,9 +9,13 @@ from __future__ import annotations
 import importlib.metadata
 import re
 import sys
-import tomllib
 from collections import defaultdict
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as tomli (in the lock there)
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTEST_OWN = {"conftest"}  # pytest's own name for its per-folder plugins, never imported by name
