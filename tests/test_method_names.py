@@ -20,6 +20,7 @@ NOT_A_METHOD = {
     ("eval/protocols.py", "pair"): "the motion report's pair option",
     ("eval/encoders/local.py", "moquad"): "the encoder family of moquad's own checkpoints and exports (its row)",
     ("data/views.py", "pair"): "the clip rule a two-clip plan records (moquad.data.clip_frames)",
+    ("eval/encoders/contract.py", "moquad"): "the sizing rule of moquad's own test view (a framing, not a method)",
     ("record.py", "moquad"): "the package's folder (uncommitted code there makes a record dirty) and its own name",
 }
 
