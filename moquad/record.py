@@ -21,6 +21,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -110,8 +111,11 @@ def lock() -> dict[str, Any]:
         pins = _locked(text)
     except ImportError:  # packaging absent: the hash alone
         return out
-    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()
-                 if d.metadata["Name"]}
+    # what is installed in this environment, as pip freeze sees it: its site-packages, not every folder on sys.path
+    # (a package may put its own vendored copies there, as Ray does with its thirdparty_files)
+    site = list(dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")))
+    installed = {canonicalize_name(d.metadata["Name"]): d.version
+                 for d in importlib.metadata.distributions(path=site) if d.metadata["Name"]}
     skip = {"moquad", "pip", "setuptools", "wheel"}  # the package itself and the venv's own installers
     out["differs"] = sorted(f"{n}=={v} (lock {pins[n]})" for n, v in installed.items()
                             if n in pins and Version(v).public != Version(pins[n]).public)

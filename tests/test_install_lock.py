@@ -60,3 +60,14 @@ def test_a_result_names_the_lock_beside_the_commit_and_machine():
     env = record.environment()
     assert set(env) >= {"commit", "dirty", "lock", "machine"}
     assert len(env["lock"]["sha256"]) == 16 and env["machine"]["cores"] >= 1
+
+
+@pytest.mark.skipif(bool(os.environ.get("MOQUAD_UNLOCKED")), reason="make test-latest: the newest releases, no lock")
+def test_a_vendored_copy_on_sys_path_is_not_installed(tmp_path, monkeypatch):
+    """A package that puts its own vendored distributions on sys.path (Ray's thirdparty_files: psutil) does not make
+    the environment differ from the lock: what counts is what is installed in site-packages, as pip freeze sees."""
+    info = tmp_path / "vendored_pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vendored-pkg\nVersion: 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert record.lock()["extra"] == []
