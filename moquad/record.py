@@ -14,6 +14,7 @@ they run from a checkout, whose root is :data:`ROOT`.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 import os
@@ -92,12 +93,27 @@ def _locked(text: str) -> dict[str, str]:
     return pins
 
 
+def _installed() -> dict[str, str]:
+    """What is installed in this environment, as pip freeze sees it: the ``NAME-VERSION.dist-info`` folders of its
+    site-packages (their names, not their metadata: a few ms), not every folder on sys.path (a package may put
+    vendored copies there, as Ray does with its thirdparty_files). Normalised name -> version."""
+    from packaging.utils import canonicalize_name
+
+    out = {}
+    for folder in dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")):
+        for info in Path(folder).glob("*.dist-info"):
+            name, _, version = info.name[:-len(".dist-info")].partition("-")
+            if version:
+                out[canonicalize_name(name)] = version
+    return out
+
+
+@functools.lru_cache(maxsize=1)
 def lock() -> dict[str, Any]:
     """The lock this run was installed from: ``sha256`` (16 hex) of ``requirements-lock.txt`` and whether every
     installed package is at its pinned version (``matches``; ``differs`` lists the others, ``extra`` what the lock
     does not name). ``{"sha256": None}`` outside a checkout (a plain ``pip install``: ranges, no lock)."""
     import hashlib
-    import importlib.metadata
 
     try:
         text = LOCK.read_text()
@@ -105,17 +121,12 @@ def lock() -> dict[str, Any]:
         return {"sha256": None}
     out: dict[str, Any] = {"sha256": hashlib.sha256(text.encode()).hexdigest()[:16]}
     try:
-        from packaging.utils import canonicalize_name
         from packaging.version import Version
 
         pins = _locked(text)
     except ImportError:  # packaging absent: the hash alone
         return out
-    # what is installed in this environment, as pip freeze sees it: its site-packages, not every folder on sys.path
-    # (a package may put its own vendored copies there, as Ray does with its thirdparty_files)
-    site = list(dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")))
-    installed = {canonicalize_name(d.metadata["Name"]): d.version
-                 for d in importlib.metadata.distributions(path=site) if d.metadata["Name"]}
+    installed = _installed()
     skip = {"moquad", "pip", "setuptools", "wheel"}  # the package itself and the venv's own installers
     out["differs"] = sorted(f"{n}=={v} (lock {pins[n]})" for n, v in installed.items()
                             if n in pins and Version(v).public != Version(pins[n]).public)
