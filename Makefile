@@ -7,12 +7,14 @@ BIN := $(VENV)/bin
 # of constraints.txt. Plain `pip install -e .` still resolves the ranges.
 LOCK := requirements-lock.txt
 # uv reads no pip configuration: the package indexes pip is configured with (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL,
-# PIP_FIND_LINKS or pip.conf: a site's mirror) serve uv too; the lock's hashes decide what is accepted from any index
+# PIP_FIND_LINKS or pip.conf: a site's mirror) serve uv too; the lock's hashes decide what is accepted from any index.
+# --compile-bytecode: the .pyc files pip writes at install (without them every process compiles torch's sources
+# anew where PYTHONDONTWRITEBYTECODE is set, about 5 s each)
 pipconf = $(or $($(1)),$(shell $(PY) -m pip config get global.$(2) 2>/dev/null))
 INDEXES = $(foreach u,$(call pipconf,PIP_INDEX_URL,index-url),--index-url $(u)) \
           $(foreach u,$(call pipconf,PIP_EXTRA_INDEX_URL,extra-index-url),--extra-index-url $(u)) \
           $(foreach u,$(call pipconf,PIP_FIND_LINKS,find-links),--find-links $(u))
-UV = $(BIN)/uv pip install --python $(BIN)/python --index-strategy unsafe-best-match $(INDEXES)
+UV = $(BIN)/uv pip install --python $(BIN)/python --compile-bytecode --index-strategy unsafe-best-match $(INDEXES)
 
 .PHONY: setup demo test test-latest test-kernels lint bench docs clean gpu-campaign lock
 
