@@ -198,3 +198,37 @@ def test_cam_of_a_hugging_face_folder_is_its_token_grid(tmp_path):
         amap, _ = activation_map(enc, x, "norm")
         tokens = model(x.transpose(1, 2)).last_hidden_state[0]  # (t * h * w, C), time-major
     torch.testing.assert_close(amap, tokens.norm(dim=1).reshape(4, 4, 4))
+
+
+def test_a_raw_videos_clip_is_framed_from_its_own_frames(tmp_path):
+    """A raw file's clip is the encoder's framing applied to the file's frames at their own size (decoded here
+    with PyAV alone): torchvision's Kinetics weights resize without antialiasing, so a frame shrunk first (an
+    antialiased filter) would give other pixels than their transforms."""
+    import av
+    import torchvision.transforms.v2.functional as TF
+
+    from moquad.config import EvalConfig
+    from moquad.eval.cam import load_clip
+    from moquad.eval.encoders import load_encoder
+
+    torch.save(__import__("torchvision").models.video.r3d_18().state_dict(), tmp_path / "W.pth")
+    enc = load_encoder(f"torchvision:r3d_18:{tmp_path / 'W.pth'}")
+    video = tmp_path / "v.avi"  # fine stripes, which an antialiased shrink blurs and a plain one does not
+    with av.open(str(video), "w", format="avi") as out:
+        stream = out.add_stream("mpeg4", rate=8, options={"qscale": "1"})
+        stream.width, stream.height, stream.pix_fmt = 128, 96, "yuv420p"
+        for i in range(16):
+            img = np.zeros((96, 128, 3), np.uint8)
+            img[:, (np.arange(128) + i) % 4 < 2] = 230
+            for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    clip, info = load_clip(str(video), EvalConfig(checkpoint="x", frames=4, size=32, dilation=3), enc.framing)
+    with av.open(str(video)) as c:
+        frames = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+    # 16 frames, 4 x dilation 3 spans 10: the middle clip starts at 3; short side 32 * 128 / 112 -> 36, long 48
+    assert info["frame_indices"] == [3, 6, 9, 12] and info["num_frames"] == 16
+    x = torch.from_numpy(frames[[3, 6, 9, 12]]).permute(0, 3, 1, 2).float()
+    want = TF.resize(x, [36, 48], antialias=False)[:, :, 2:34, 8:40].round().clamp(0, 255).to(torch.uint8)
+    assert torch.equal(clip, want.permute(1, 0, 2, 3))

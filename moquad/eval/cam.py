@@ -49,7 +49,7 @@ from torch import nn
 from moquad.config import EvalConfig, to_dict
 from moquad.data.clip_frames import uniform_clips
 from moquad.data.store import Split
-from moquad.data.video_file import decode_frames
+from moquad.data.video_file import decode_frames, unreadable
 from moquad.digest import sha256_file
 from moquad.eval.clips import spatial_crops
 from moquad.eval.common import eval_folder, need_encoder, with_clip
@@ -63,19 +63,26 @@ from moquad.record import environment
 METHODS = ("auto", "classifier", "projection", "norm")
 
 
-def _decode_file(path: Path, short_side: int) -> np.ndarray:
-    """All frames of a raw video (PyAV), each resized so its short side is at most ``short_side`` -> (T, H, W, 3);
-    a file that is not a readable video: the one-line error (:mod:`moquad.data.video_file`)."""
-    from PIL import Image
+def _decode_clip(path: Path, frames: int, dilation: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The middle clip of a raw video file -> (its frames (T, H, W, 3) at the file's own size, their indices, the
+    video's frame count). Two decodes: one counts the frames, one keeps the clip's, so the encoder's framing
+    resizes them from the source as its authors' processor does (no frame is shrunk first). A file that is not a
+    readable video: the one-line error (:mod:`moquad.data.video_file`)."""
+    none = np.zeros((1, 1, 3), np.uint8)
+    count = len(decode_frames(path, lambda _f: none))
+    idx = uniform_clips(count, frames, dilation, 1)[0]
+    wanted, kept, seen = set(idx.tolist()), {}, iter(range(count))
 
-    def convert(frame: Any) -> np.ndarray:
-        img = frame.to_image()
-        scale = short_side / min(img.size)
-        if scale < 1:
-            img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.BILINEAR)
-        return np.asarray(img.convert("RGB"))
+    def keep(frame: Any) -> np.ndarray:
+        i = next(seen)
+        if i in wanted:
+            kept[i] = frame.to_ndarray(format="rgb24")
+        return none
 
-    return decode_frames(path, convert)
+    decode_frames(path, keep, limit=int(idx.max()) + 1)
+    if len(kept) < len(wanted):  # the file changed between the decodes
+        raise unreadable(path, f"{count} frames on the first decode, {len(kept)} of the clip's on the second")
+    return np.stack([kept[i] for i in idx.tolist()]), idx, count
 
 
 def _find_video(cfg: EvalConfig, video_id: str) -> tuple[Split, int]:
@@ -93,12 +100,10 @@ def load_clip(video: str, cfg: EvalConfig, framing: Any = None) -> tuple[torch.T
     """The middle clip of ``video`` (file path or video_id in ``cfg.data``) -> uint8 (3, T, S, S), source info;
     ``framing``: the encoder's (None: the short side resized to the crop)."""
     path = Path(video)
-    short_side = framing.short_side(cfg.size) if framing is not None else cfg.size
     if path.is_file():
-        frames = _decode_file(path, short_side)
-        idx = uniform_clips(len(frames), cfg.frames, cfg.dilation, 1)[0]
-        clip = torch.from_numpy(frames[idx])
-        info = {"video": str(path.resolve()), "sha256": sha256_file(path), "num_frames": len(frames)}
+        frames, idx, count = _decode_clip(path, cfg.frames, cfg.dilation)
+        clip = torch.from_numpy(frames)
+        info = {"video": str(path.resolve()), "sha256": sha256_file(path), "num_frames": count}
     else:
         if not cfg.data:
             raise FileNotFoundError(f"video file {video} not found (pass --data DIR to look it up as a video_id)")
