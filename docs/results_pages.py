@@ -8,6 +8,9 @@ Markers (each alone on a line of a page):
 - ``<!-- moquad:ladder FILE [families=a,b] [variants=x,y] -->``: the mean ± std over seeds of each family x
   variant of a ladder's JSON lines (``docs/results/FILE``; ``experiments/motion_ladder.py`` writes them).
 - ``<!-- moquad:ladder-gain FILE BASE:VARIANT ... -->``: VARIANT minus BASE per family, paired by seed.
+- ``<!-- moquad:ladder-best FILE families=a,b variants=x,y [base=random] -->``: each variant's kNN, linear and
+  their mean over the families (each family the mean over its seeds), against BASE; per method (a variant's name
+  before ``+``), the variant of highest mean once every variant has every seed (:func:`best`).
 - ``<!-- moquad:gpu-campaign DIR -->``: the GPU campaign's records of ``docs/results/DIR/`` (CUDA runs only).
 
 A marker whose record is not in the checkout renders as a note that names the command that writes it, so a page
@@ -24,7 +27,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
-MARK = re.compile(r"^<!-- moquad:(table|ladder|ladder-gain|gpu-campaign) (.+?) -->$", re.M)
+MARK = re.compile(r"^<!-- moquad:(table|ladder|ladder-gain|ladder-best|gpu-campaign) (.+?) -->$", re.M)
 MEASURES = (("hit@1", "hit@1"), ("knn_top1", "weighted kNN"), ("linear_top1", "linear"))
 COMMANDS = {  # record -> the command that writes it, where it is not `python benchmarks/NAME.py`
     "motion_evidence": "python experiments/motion_evidence.py DIR ...",
@@ -166,7 +169,7 @@ def _options(args: list[str]) -> tuple[list[str], dict[str, list[str]]]:
                                                                              if option(a))}
 
 
-OPTIONS = ("families", "variants")  # a ladder marker's options (NAME=a,b); every other word is a pair or a name
+OPTIONS = ("families", "variants", "base")  # a ladder marker's options (NAME=a,b); every other word is a pair or a name
 
 
 def _mean_std(values: list[float]) -> str:
@@ -219,6 +222,55 @@ def ladder_gain(file: str, args: list[str]) -> str:
         raise MissingRecord(f"docs/results/{file} has no paired runs of {pairs}")
     used = list({(r["family"], r["variant"], r["seed"]): r for r in used}.values())  # a base shared by pairs: once
     return f"{where_many(used)}\n\n" + md_table(["family", "gain", "seeds", *(t for _, t in MEASURES)], out, "llrrrr")
+
+
+SCORED = (("knn_top1", "weighted kNN"), ("linear_top1", "linear"))  # what a default is chosen by: their mean
+
+
+def scores(rows: list[dict], variant: str, families: list[str]) -> dict[str, Any]:
+    """A variant's runs, its seeds per family, and its kNN, linear and score (their mean) in %: the mean over the
+    families of each family's mean over its seeds (None where a family has no run)."""
+    per = {f: [r for r in rows if (r["family"], r["variant"]) == (f, variant)] for f in families}
+    out: dict[str, Any] = {"runs": sum(map(len, per.values())), "seeds": {f: sorted(r["seed"] for r in rs)
+                                                                          for f, rs in per.items()}}
+    for m, _ in SCORED:
+        out[m] = (statistics.mean(statistics.mean(100 * r[m] for r in rs) for rs in per.values())
+                  if all(per.values()) else None)
+    out["score"] = None if out["knn_top1"] is None else (out["knn_top1"] + out["linear_top1"]) / 2
+    return out
+
+
+def best(rows: list[dict], variants: list[str], families: list[str]) -> str | None:
+    """The variant of highest score among ``variants``, once each has the same seeds on every family as the
+    variant with the most runs (None before: an incomplete comparison chooses nothing)."""
+    s = {v: scores(rows, v, families) for v in variants}
+    full = max(s.values(), key=lambda x: x["runs"])["seeds"]
+    if any(x["seeds"] != full for x in s.values()) or not all(full.values()):
+        return None
+    return max(variants, key=lambda v: s[v]["score"])
+
+
+def ladder_best(file: str, args: list[str]) -> str:
+    """Each variant's kNN, linear and score over the families against BASE (points), and each method's choice."""
+    rows = ladder_rows(file)
+    _, opt = _options(args)
+    families, variants, base = opt["families"], opt["variants"], opt.get("base", ["random"])[0]
+    b = scores(rows, base, families)
+    f1 = lambda v: "–" if v is None else f"{v:.1f}"  # noqa: E731
+    gain = lambda v: "–" if v is None or b["score"] is None else f"{v - b['score']:+.1f}"  # noqa: E731
+    methods = list(dict.fromkeys(v.split("+")[0] for v in variants))
+    chosen = {m: best(rows, [v for v in variants if v.split("+")[0] == m], families) for m in methods}
+    out = [[f"`{base}`", b["runs"], f1(b["knn_top1"]), f1(b["linear_top1"]), f1(b["score"]), ""]]
+    for v in variants:
+        s = scores(rows, v, families)
+        name = f"**`{v}`** (chosen)" if v in chosen.values() else f"`{v}`"
+        out.append([name, s["runs"], f1(s["knn_top1"]), f1(s["linear_top1"]), f1(s["score"]), gain(s["score"])])
+    used = [r for r in rows if r["family"] in families and r["variant"] in [base, *variants]]
+    open_ = [m for m in methods if chosen[m] is None]
+    note = (f"\n\nNot chosen yet for {', '.join(f'`{m}`' for m in open_)}: a choice waits until every setting has "
+            "every seed on every family." if open_ else "")
+    return (f"{where_many(used)}\n\n" + md_table(["setting", "runs", *(t for _, t in SCORED), "score",
+                                                   f"score − `{base}`"], out, "lrrrrr") + note)
 
 
 # ----------------------------------------------------------------------------- the GPU campaign
@@ -300,7 +352,8 @@ def gpu_campaign(folder: str) -> str:
 
 
 RENDER = {"table": lambda a: table(*a), "ladder": lambda a: ladder(a[0], a[1:]),
-          "ladder-gain": lambda a: ladder_gain(a[0], a[1:]), "gpu-campaign": lambda a: gpu_campaign(a[0])}
+          "ladder-gain": lambda a: ladder_gain(a[0], a[1:]), "ladder-best": lambda a: ladder_best(a[0], a[1:]),
+          "gpu-campaign": lambda a: gpu_campaign(a[0])}
 
 
 def _one(m: re.Match) -> str:

@@ -218,3 +218,29 @@ def test_the_readmes_demo_table_is_the_seeds_record():
                 f"{statistics.stdev(100 * x for x in seeds[method][m]):.1f}"
                 for m in ("hit@1", "knn_top1", "linear_top1")]
         assert row == want, (label, row, want)
+
+
+def test_the_best_setting_is_the_highest_mean_over_families_once_every_seed_is_in(tmp_path, monkeypatch):
+    pages = results_pages()
+    monkeypatch.setattr(pages, "RESULTS", tmp_path)
+    # (family, variant, seed, kNN, linear)
+    runs = [("types", "random", 0, 0.2, 0.3), ("camera", "random", 0, 0.4, 0.3),
+            ("types", "m", 0, 0.5, 0.7), ("camera", "m", 0, 0.3, 0.3),
+            ("types", "m+slot=a", 0, 0.9, 0.9), ("camera", "m+slot=a", 0, 0.1, 0.1),
+            ("types", "m", 1, 0.6, 0.5), ("camera", "m", 1, 0.5, 0.3)]
+    lines = [{"family": f, "variant": v, "seed": s, "hit@1": 0.0, "knn_top1": k, "linear_top1": lin}
+             for f, v, s, k, lin in runs]
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    args = ["families=types,camera", "variants=m,m+slot=a"]
+    table = pages.ladder_best("b.jsonl", args).splitlines()
+    # random: kNN (20+40)/2 = 30, linear 30, score 30; m: types kNN 55 lin 60, camera kNN 40 lin 30 -> 47.5, 45, 46.25
+    assert "| `random` | 2 | 30.0 | 30.0 | 30.0 |  |" in table
+    assert "| `m` | 4 | 47.5 | 45.0 | 46.2 | +16.2 |" in table
+    assert "| `m+slot=a` | 2 | 50.0 | 50.0 | 50.0 | +20.0 |" in table
+    assert table[-1].startswith("Not chosen yet for `m`")  # m+slot=a lacks seed 1: nothing is chosen
+    assert pages.best(lines, ["m", "m+slot=a"], ["types", "camera"]) is None
+    lines += [{"family": f, "variant": "m+slot=a", "seed": 1, "hit@1": 0.0, "knn_top1": 0.2, "linear_top1": 0.2}
+              for f in ("types", "camera")]  # now 35.0 over both seeds, below m's 46.2
+    assert pages.best(lines, ["m", "m+slot=a"], ["types", "camera"]) == "m"
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert "| **`m`** (chosen) | 4 | 47.5 | 45.0 | 46.2 | +16.2 |" in pages.ladder_best("b.jsonl", args).splitlines()
