@@ -457,20 +457,25 @@ def _crop_only(frames: torch.Tensor, crop: int) -> torch.Tensor:
     return spatial_crops(frames, crop, 1)[0].double()
 
 
-def test_torchvision_framing_is_its_weights_transforms():
-    """torchvision's Kinetics weights: resize to 128 x 171, centre crop 112 (their transforms()); moquad's view of a
-    360 x 480 frame through the row's framing equals the transforms' pixels, and the crop-only view does not."""
-    import torchvision.models.video as tvv
+@pytest.mark.parametrize("arch", TV)
+def test_torchvision_framing_is_its_weights_transforms(arch):
+    """Each torchvision row's Kinetics weights: r3d_18, mc3_18, r2plus1d_18 resize to 128 x 171 and S3D to
+    256 x 256 whatever the aspect, MViT and Swin3D the short side to 256; then the centre crop, without
+    antialiasing (their transforms()). moquad's view of a 360 x 480 frame through the row's framing equals the
+    transforms' pixels, and the crop-only view does not."""
+    from torchvision.models import get_model_weights
 
-    enc = E.load_encoder("torchvision:r3d_18")
-    assert (enc.framing.resize, enc.framing.crop) == (128, 112) and enc.record()["framing"]["resize"] == 128
+    t = get_model_weights(arch).DEFAULT.transforms()
+    enc = E.load_encoder(f"torchvision:{arch}")
+    crop = t.crop_size[0]
+    assert (enc.framing.resize, enc.framing.crop) == (min(t.resize_size), crop) and not enc.framing.antialias
+    assert enc.record()["framing"]["resize"] == min(t.resize_size)
     frames = _scene()
-    out = tvv.R3D_18_Weights.KINETICS400_V1.transforms()(frames.permute(0, 3, 1, 2))  # (3, T, 112, 112)
-    theirs = _pixels(out.transpose(0, 1), enc.norm)
-    ours = _moquad_view(enc, frames, 112)
+    theirs = _pixels(t(frames.permute(0, 3, 1, 2)).transpose(0, 1), enc.norm)  # (3, T, crop, crop)
+    ours = _moquad_view(enc, frames, crop)
     assert ours.shape == theirs.shape
     assert (ours - theirs).abs().mean() < 0.75
-    assert (_crop_only(frames, 112) - theirs).abs().mean() > 7.5
+    assert (_crop_only(frames, crop) - theirs).abs().mean() > 7.5
 
 
 def test_a_moquad_network_keeps_its_own_framing(tmp_path):
