@@ -61,8 +61,7 @@ def test_the_ladder_stops_before_a_run_once_the_stop_file_exists(tmp_path, monke
 
 def test_the_shipped_momentum_slot_is_the_best_setting_over_the_families():
     """Each momentum row's slot (predictor, keys' BatchNorm) is the setting of highest mean kNN and linear over the
-    three families in docs/results/momentum_defaults.jsonl, the record the methods page shows; until every setting
-    has every seed, the choice is open and the row keeps the slot it has."""
+    three families in docs/results/momentum_defaults.jsonl, the record the methods page shows."""
     import importlib.util
     import json
     from pathlib import Path
@@ -74,14 +73,13 @@ def test_the_shipped_momentum_slot_is_the_best_setting_over_the_families():
     pages = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pages)
     rows = [json.loads(line) for line in (root / "docs" / "results" / "momentum_defaults.jsonl").open()]
-    slot = lambda name: dict(s.split("=") for s in motion_ladder.SLOTS[name])  # noqa: E731
+    # the setting each variant ran: demo-M the rows' slot when the record was made (the predictor, groups of 4)
+    ran = {"": (True, "groups"), **{f"+slot={n}": (dict(a.split("=") for a in sets)["predictor"] == "true",
+                                                  dict(a.split("=") for a in sets)["key_bn"])
+                                   for n, sets in motion_ladder.SLOTS.items()}}
     for method in ("moco_moquad", "moco"):
-        names = [f"demo-{method}", *(f"demo-{method}+slot={n}" for n in motion_ladder.SLOTS)]
-        chosen = pages.best(rows, names, ["types", "directions", "camera"])
+        names = {f"demo-{method}{suffix}": setting for suffix, setting in ran.items()}
+        chosen = pages.best(rows, list(names), ["types", "directions", "camera"])
+        assert chosen is not None, f"{method}: the record lacks runs; every setting needs 3 seeds of each family"
         m = METHODS[method].momentum
-        if chosen is None:
-            assert (m.predictor, m.key_bn) == (True, "groups"), method  # open: today's defaults stay
-            continue
-        if chosen != f"demo-{method}":  # a slot= variant won: the row now ships that setting
-            want = slot(chosen.split("=", 1)[1])
-            assert (m.predictor, m.key_bn) == (want["predictor"] == "true", want["key_bn"]), (method, chosen)
+        assert (m.predictor, m.key_bn) == names[chosen], (method, chosen)

@@ -345,7 +345,7 @@ def test_key_bn_groups_must_divide_the_per_rank_batch(tmp_path):
     from moquad.errors import MoquadError
 
     with pytest.raises(MoquadError, match=r"key_bn_group.*per-rank batch of 4"):
-        train(_cfg(tmp_path / "run", method="moco", key_bn_group=3), _video_loader, tensorboard=False, progress=False)
+        train(_cfg(tmp_path / "run", method="moco", key_bn="groups", key_bn_group=3), _video_loader, tensorboard=False, progress=False)
 
 
 def test_a_queue_as_large_as_the_split_gets_a_line():
@@ -368,7 +368,7 @@ def test_the_start_up_line_says_what_the_momentum_encoder_is():
 
     cfg = PretrainConfig(backbone="tiny", proj_dim=8, proj_hidden=16, queue_size=128)
     model = build_model("tiny", 8, 16)
-    line = describe(build(METHODS["moco"].configured(cfg).momentum, model, cfg), 16)
+    line = describe(build(METHODS["moco_moquad"].configured(cfg).momentum, model, cfg), 16)
     assert line.startswith("pretrain: momentum encoder: EMA from m0 0.99, an MLP predictor, keys' BatchNorm in groups "
                            "of 4 videos (queries over the batch), a queue of 128 keys (")
     cfg = dataclasses.replace(cfg, predictor=False, key_bn="batch", queue_size=0)
@@ -386,8 +386,8 @@ def test_groups_as_large_as_the_batch_are_named_the_whole_batch(tmp_path, capsys
     views = torch.randn(4, 2, 3, 4, 16, 16)
     grouped, whole = (MomentumEncoder(model, 0.9, 0, 8, key_bn=k, group=g) for k, g in (("groups", 4), ("batch", 0)))
     assert torch.equal(_keys(grouped, views), _keys(whole, views))
-    train(_cfg(tmp_path / "run", method="moco", steps_per_epoch=1, epochs=1), _video_loader, tensorboard=False,
-          progress=False)
+    train(_cfg(tmp_path / "run", method="moco", key_bn="groups", steps_per_epoch=1, epochs=1), _video_loader,
+          tensorboard=False, progress=False)
     out = capsys.readouterr().out
     assert "keys' BatchNorm over the batch (groups of 4 videos hold the whole per-rank batch of 4; --key-bn-group N " \
            "below it splits it)" in out
