@@ -62,21 +62,19 @@ def test_the_ladder_stops_before_a_run_once_the_stop_file_exists(tmp_path, monke
 def test_the_shipped_momentum_slot_is_the_best_setting_over_the_families():
     """Each momentum row's slot (predictor, keys' BatchNorm) is the setting of highest mean kNN and linear over the
     three families in docs/results/momentum_defaults.jsonl, the record the methods page shows."""
-    import importlib.util
     import json
-    from pathlib import Path
+
+    from test_records import RESULTS, results_pages
 
     from moquad.train.methods import METHODS
 
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("results_pages", root / "docs" / "results_pages.py")
-    pages = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pages)
-    rows = [json.loads(line) for line in (root / "docs" / "results" / "momentum_defaults.jsonl").open()]
+    pages = results_pages()
+    rows = [json.loads(line) for line in (RESULTS / "momentum_defaults.jsonl").open()]
     # the setting each variant ran: demo-M the rows' slot when the record was made (the predictor, groups of 4)
-    ran = {"": (True, "groups"), **{f"+slot={n}": (dict(a.split("=") for a in sets)["predictor"] == "true",
-                                                  dict(a.split("=") for a in sets)["key_bn"])
-                                   for n, sets in motion_ladder.SLOTS.items()}}
+    ran = {"": (True, "groups")}
+    for name, sets in motion_ladder.SLOTS.items():
+        slot = dict(a.split("=") for a in sets)
+        ran[f"+slot={name}"] = (slot["predictor"] == "true", slot["key_bn"])
     for method in ("moco_moquad", "moco"):
         names = {f"demo-{method}{suffix}": setting for suffix, setting in ran.items()}
         chosen = pages.best(rows, list(names), ["types", "directions", "camera"])
